@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# Installs the dependencies, builds grove-node and runs every test. This is the one command that
+# CI (.ci/run) and README.md use; it works from any directory and takes < 30 min on 2 cores.
+#
+#   (a) scripts/install-deps.sh                     (apt is skipped when everything is installed)
+#   (b) build/       RelWithDebInfo: build, ctest
+#   (c) build-asan/  GCC, ASan + UBSan (assertions on): build, ctest
+#   (d) build-fuzz/  clang, libFuzzer (assertions on): each fuzz target for a short slice over a
+#                    fresh copy of its seed corpus (in fuzz-corpus/); any crash fails the script
+#
+# Environment:
+#   GROVE_TEST_QUICK=1       run (a) and (b) only, for local iteration
+#   GROVE_FUZZ_SECONDS=N     seconds per fuzz target in (d) (default 45)
+set -euo pipefail
+
+cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.."
+
+readonly jobs=2
+readonly fuzz_seconds=${GROVE_FUZZ_SECONDS:-45}
+readonly quick=${GROVE_TEST_QUICK:-0}
+# Sanitizer and fuzz builds keep assert() (RelWithDebInfo's default flags add -DNDEBUG).
+readonly checked_flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g")
+
+step() { printf '\n==== [%s] %s\n' "$(date '+%F %T')" "$*"; }
+
+# A build directory configured with another generator or compiler cannot be reconfigured in
+# place: drop its cache (the objects are rebuilt, mostly from ccache).
+drop_stale_cache() {
+  local dir=$1 pattern
+  shift
+  [[ -f "$dir/CMakeCache.txt" ]] || return 0
+  for pattern in "$@"; do
+    if ! grep -q -- "$pattern" "$dir/CMakeCache.txt"; then
+      echo "test-all: $dir was configured differently (no '$pattern'); dropping its cache"
+      rm -rf "$dir/CMakeCache.txt" "$dir/CMakeFiles"
+      return 0
+    fi
+  done
+}
+
+configure_and_build() {
+  local dir=$1
+  shift
+  drop_stale_cache "$dir" '^CMAKE_GENERATOR:INTERNAL=Ninja$'
+  cmake -S . -B "$dir" -G Ninja "$@"
+  cmake --build "$dir" -j "$jobs"
+}
+
+started=$SECONDS
+step "(a) install dependencies"
+bash scripts/install-deps.sh
+
+step "(b) build/: configure and build (RelWithDebInfo)"
+configure_and_build build -DCMAKE_BUILD_TYPE=RelWithDebInfo
+step "(b) build/: ctest"
+ctest --test-dir build --output-on-failure -j "$jobs"
+
+if [[ "$quick" == 1 ]]; then
+  step "GROVE_TEST_QUICK=1: skipping the sanitizer build (c) and fuzzing (d)"
+  step "all done in $((SECONDS - started)) s"
+  exit 0
+fi
+
+step "(c) build-asan/: configure and build (ASan + UBSan)"
+configure_and_build build-asan "${checked_flags[@]}" \
+  -DGROVE_SANITIZE=ON -DGROVE_BUILD_BENCH=OFF -DGROVE_WITH_TORCH=OFF
+step "(c) build-asan/: ctest"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  ctest --test-dir build-asan --output-on-failure -j "$jobs"
+
+step "(d) build-fuzz/: configure and build (clang, libFuzzer)"
+drop_stale_cache build-fuzz '^CMAKE_CXX_COMPILER:.*clang++'
+CXX=clang++ configure_and_build build-fuzz "${checked_flags[@]}" \
+  -DGROVE_FUZZ=ON -DGROVE_WITH_TORCH=OFF -DGROVE_BUILD_BENCH=OFF
+
+work=fuzz-corpus  # git-ignored: working corpora, logs and crash artifacts
+failed=()
+found=0
+for bin in build-fuzz/tests/fuzz/fuzz_*; do
+  [[ -f "$bin" && -x "$bin" ]] || continue
+  found=$((found + 1))
+  name=${bin##*/fuzz_}
+  seeds=tests/fuzz/corpus/$name
+  if [[ ! -d "$seeds" ]]; then
+    echo "test-all: no seed corpus $seeds for $bin" >&2
+    exit 1
+  fi
+  rm -rf "${work:?}/$name" "$work/artifacts/$name"
+  mkdir -p "$work/$name" "$work/artifacts/$name"
+  cp -R "$seeds/." "$work/$name/"
+  log=$work/$name.log
+  step "(d) fuzz_$name for ${fuzz_seconds} s over a copy of $seeds (log: $log)"
+  if UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 "$bin" \
+    -max_total_time="$fuzz_seconds" -max_len=70000 -rss_limit_mb=2048 -timeout=25 \
+    -print_final_stats=1 -artifact_prefix="$work/artifacts/$name/" "$work/$name" >"$log" 2>&1; then
+    grep -E '^(Done|stat::(number_of_executed_units|average_exec_per_sec|new_units_added|peak_rss_mb))' \
+      "$log" || true
+  else
+    tail -n 80 "$log"
+    echo "test-all: fuzz_$name FAILED; reproducers:"
+    ls -l "$work/artifacts/$name/"
+    echo "  replay one with: $bin <reproducer>"
+    failed+=("$name")
+  fi
+done
+if ((found == 0)); then
+  echo "test-all: no fuzz targets in build-fuzz/tests/fuzz" >&2
+  exit 1
+fi
+if ((${#failed[@]})); then
+  step "FAILED: fuzzers found crashes in: ${failed[*]}"
+  exit 1
+fi
+
+step "all done in $((SECONDS - started)) s"

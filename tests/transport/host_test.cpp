@@ -1,0 +1,179 @@
+// Host-level behaviour over real TCP: large streams, identity checks, limits, shutdown.
+#include "transport/host.hpp"
+
+#include <gtest/gtest.h>
+#include <sodium.h>
+
+#include "test_util.hpp"
+
+namespace grove::transport {
+namespace {
+using namespace test;
+
+class BigStream : public ::testing::TestWithParam<bool> {};  // inline crypto or workers
+
+TEST_P(BigStream, Stream512MBArrivesIntact) {
+  World w;
+  auto key = SwarmKey::generate();
+  HostOptions o;
+  o.swarm_key = key;
+  o.link.inline_crypto = GetParam();
+  auto a = w.host(o), b = w.host(o);
+  struct HashingSink : StreamSink {
+    HashingSink() { crypto_generichash_init(&st, nullptr, 0, 32); }
+    void on_data(Chunk c) override {
+      ok_order = ok_order && c.offset() == got;
+      got += c.bytes().size();
+      crypto_generichash_update(&st, c.bytes().data(), c.bytes().size());
+    }
+    void on_end(std::error_code ec) override {
+      Hash256 h;
+      crypto_generichash_final(&st, h.data(), h.size());
+      done.set_value({ec, to_hex(h)});
+    }
+    crypto_generichash_state st;
+    std::uint64_t got = 0;
+    bool ok_order = true;
+    std::promise<std::pair<std::error_code, std::string>> done;
+  };
+  auto sink = std::make_shared<HashingSink>();
+  std::uint64_t announced = 0;
+  b->accept_streams("tensor", [&](const PeerInfo& from, IncomingStream& in) {
+    EXPECT_EQ(from.id, a->id());
+    announced = in.size;
+    return sink;
+  });
+  w.start(a);
+  w.start(b);
+  const std::uint64_t size = 512ull << 20;
+  // Expected hash, computed independently of the transport.
+  std::string expected;
+  {
+    PatternSource src(size, 99);
+    crypto_generichash_state st;
+    crypto_generichash_init(&st, nullptr, 0, 32);
+    std::vector<std::uint8_t> buf(4 << 20);
+    for (std::uint64_t off = 0; off < size; off += buf.size()) {
+      ASSERT_TRUE(src.read(off, buf));
+      crypto_generichash_update(&st, buf.data(), buf.size());
+    }
+    Hash256 h;
+    crypto_generichash_final(&st, h.data(), h.size());
+    expected = to_hex(h);
+  }
+  std::promise<std::error_code> sent;
+  a->send_stream(PeerRef::at(b->address()), "tensor", Bytes(),
+                 std::make_shared<PatternSource>(size, 99),
+                 [&](std::error_code ec) { sent.set_value(ec); });
+  auto fs = sent.get_future();
+  ASSERT_EQ(await(fs, std::chrono::minutes(4)), std::error_code());
+  auto fr = sink->done.get_future();
+  auto r = await(fr, 30s);
+  ASSERT_TRUE(r);
+  EXPECT_FALSE(r->first);
+  EXPECT_EQ(announced, size);
+  EXPECT_EQ(sink->got, size);
+  EXPECT_TRUE(sink->ok_order);
+  EXPECT_EQ(r->second, expected);
+}
+
+INSTANTIATE_TEST_SUITE_P(Crypto, BigStream, ::testing::Values(true, false),
+                         [](const auto& i) { return i.param ? "inline" : "workers"; });
+
+TEST(Host, ExpectedIdentityIsEnforced) {
+  World w;
+  auto a = w.host(), b = w.host();
+  add_echo(b);
+  w.start(a);
+  w.start(b);
+  EXPECT_EQ(call(a, PeerRef::node(Identity::generate().id(), b->address()), "echo", "x").error(),
+            make_error_code(errc::wrong_peer));
+  auto r = call(a, PeerRef::node(b->id(), b->address()), "echo", "x");
+  EXPECT_TRUE(r) << r.error().message();
+}
+
+TEST(Host, UnreachableAndBadAddressFailFast) {
+  World w;
+  auto a = w.host();
+  w.start(a);
+  const auto t0 = Clock::now();
+  EXPECT_EQ(call(a, PeerRef::at("127.0.0.1:1"), "echo", "x").error(),
+            make_error_code(errc::unreachable));
+  EXPECT_EQ(call(a, PeerRef::at("not an address"), "echo", "x").error(),
+            make_error_code(errc::unreachable));
+  EXPECT_LT(Clock::now() - t0, 5s);
+}
+
+TEST(Host, BadListenAddressIsAConfigError) {
+  World w;
+  HostOptions o;
+  o.listen = "nonsense";
+  auto a = w.host(o);
+  EXPECT_THROW(run_on(a->executor(), [&] { a->start(); }), ConfigError);
+  o.listen = "127.0.0.1:99999";
+  auto b = w.host(o);
+  EXPECT_THROW(run_on(b->executor(), [&] { b->start(); }), ConfigError);
+}
+
+TEST(Host, ConnectionLimit) {
+  World w;
+  HostOptions o;
+  o.max_connections = 1;
+  auto server = w.host(o);
+  add_echo(server);
+  auto c1 = w.host(), c2 = w.host();
+  w.start(server);
+  ASSERT_TRUE(call(c1, PeerRef::at(server->address()), "echo", "1"));
+  EXPECT_FALSE(call(c2, PeerRef::at(server->address()), "echo", "2", 3s));
+  // Once c1 leaves, c2 gets in.
+  c1->disconnect(server->id());
+  ASSERT_TRUE(eventually(server->executor(), [&] { return server->stats().sessions == 0; }));
+  EXPECT_TRUE(call(c2, PeerRef::at(server->address()), "echo", "2"));
+}
+
+TEST(Host, ShutdownFailsPendingWorkAndRefusesNew) {
+  World w;
+  auto a = w.host(), b = w.host();
+  std::optional<Responder> held;
+  b->handle("hold", [&](const PeerInfo&, Payload, Responder r) { held.emplace(std::move(r)); });
+  w.start(a);
+  w.start(b);
+  std::promise<std::error_code> p;
+  a->request(PeerRef::at(b->address()), "hold", Bytes(), 60s,
+             [&](Result<Payload> r) { p.set_value(r.error()); });
+  ASSERT_TRUE(eventually(b->executor(), [&] { return held.has_value(); }));
+  b->shutdown();
+  auto f = p.get_future();
+  auto ec = await(f, 5s);
+  ASSERT_TRUE(ec);
+  EXPECT_EQ(*ec, make_error_code(errc::connection_closed)) << ec->message();
+  EXPECT_EQ(call(b, PeerRef::at(a->address()), "echo", "x").error(),
+            make_error_code(errc::shutting_down));
+  run_on(b->executor(), [&] { held.reset(); });
+}
+
+TEST(Host, ManyPeersConcurrently) {
+  World w;
+  auto server = w.host();
+  add_echo(server);
+  w.start(server);
+  std::vector<std::shared_ptr<Host>> clients;
+  for (int i = 0; i < 12; ++i) clients.push_back(w.host());
+  std::vector<std::promise<bool>> ps(clients.size() * 10);
+  for (std::size_t i = 0; i < ps.size(); ++i) {
+    auto& c = clients[i % clients.size()];
+    c->request(PeerRef::at(server->address()), "echo", Bytes::copy_of(as_bytes(std::to_string(i))),
+               10s, [&ps, i](Result<Payload> r) {
+                 ps[i].set_value(r && std::string(r->bytes().begin(), r->bytes().end()) ==
+                                          std::to_string(i));
+               });
+  }
+  for (auto& p : ps) {
+    auto f = p.get_future();
+    EXPECT_EQ(await(f, 20s), true);
+  }
+  EXPECT_EQ(run_on(server->executor(), [&] { return server->stats().sessions; }), clients.size());
+}
+
+}  // namespace
+}  // namespace grove::transport

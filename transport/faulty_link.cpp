@@ -1,0 +1,138 @@
+#include "transport/faulty_link.hpp"
+
+#include <algorithm>
+
+#include <boost/asio/post.hpp>
+
+namespace grove::transport {
+namespace asio = boost::asio;
+
+const FaultConfig& FaultPlan::config_for(const NodeId& peer) const {
+  auto it = per_peer_.find(peer);
+  return it == per_peer_.end() ? default_ : it->second;
+}
+
+void FaultPlan::disconnect(const NodeId& peer) {
+  auto links = links_;  // cut() may prune the list
+  for (auto& w : links)
+    if (auto l = w.lock(); l && l->peer().id == peer) l->cut();
+}
+
+std::shared_ptr<FaultyLink> FaultyLink::wrap(std::shared_ptr<Link> inner,
+                                             std::shared_ptr<FaultPlan> plan,
+                                             asio::any_io_executor ex) {
+  auto l = std::make_shared<FaultyLink>(std::move(inner), plan, std::move(ex));
+  std::erase_if(plan->links_, [](auto& w) { return w.expired(); });
+  plan->links_.push_back(l);
+  return l;
+}
+
+FaultyLink::FaultyLink(std::shared_ptr<Link> inner, std::shared_ptr<FaultPlan> plan,
+                       asio::any_io_executor ex)
+    : inner_(std::move(inner)), plan_(std::move(plan)), timer_(std::move(ex)) {}
+
+void FaultyLink::start(std::weak_ptr<LinkHandler> handler) {
+  handler_ = std::move(handler);
+  inner_->start(weak_from_this());
+}
+
+void FaultyLink::send(Frame f) {
+  if (closed_) return;
+  const FaultConfig& c = plan_->config_for(peer().id);
+  if (c.fail_after_frames && sent_ >= c.fail_after_frames) {
+    cut();
+    return;
+  }
+  ++sent_;
+  if (c.hang) {
+    ++plan_->swallowed_;
+    return;
+  }
+  if (c.loss > 0 && std::uniform_real_distribution<double>(0, 1)(plan_->rng_) < c.loss) {
+    ++plan_->dropped_;
+    return;
+  }
+  const auto now = Clock::now();
+  auto at = now + c.latency;
+  if (c.jitter.count() > 0)
+    at += Duration(std::uniform_int_distribution<long>(0, c.jitter.count())(plan_->rng_));
+  if (c.bandwidth_bytes_per_sec > 0) {
+    busy_until_ = std::max(busy_until_, now) +
+                  std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
+                      static_cast<double>(f.wire_size()) / c.bandwidth_bytes_per_sec));
+    at = std::max(at, busy_until_);
+  }
+  at = std::max(at, last_at_);  // a link never reorders
+  last_at_ = at;
+  if (at <= now && delayed_.empty()) {
+    inner_->send(std::move(f));
+    return;
+  }
+  delayed_bytes_ += f.wire_size();
+  delayed_.push_back({at, std::move(f)});
+  arm();
+}
+
+void FaultyLink::arm() {
+  if (timer_armed_ || delayed_.empty()) return;
+  timer_armed_ = true;
+  timer_.expires_at(delayed_.front().at);
+  timer_.async_wait([self = shared_from_this()](boost::system::error_code) {
+    self->timer_armed_ = false;
+    self->release();
+  });
+}
+
+void FaultyLink::release() {
+  if (closed_) return;
+  const auto now = Clock::now();
+  while (!delayed_.empty() && delayed_.front().at <= now) {
+    delayed_bytes_ -= delayed_.front().frame.wire_size();
+    inner_->send(std::move(delayed_.front().frame));
+    delayed_.pop_front();
+  }
+  arm();
+}
+
+void FaultyLink::close(std::error_code reason, bool flush) {
+  if (closed_) return;
+  if (flush) {
+    // Deliver what is still delayed first, then close (a flushed close keeps its promise).
+    for (auto& d : delayed_) inner_->send(std::move(d.frame));
+  }
+  delayed_.clear();
+  delayed_bytes_ = 0;
+  closed_ = true;
+  timer_.cancel();
+  inner_->close(reason, flush);
+}
+
+void FaultyLink::cut() {
+  if (closed_) return;
+  closed_ = true;
+  delayed_.clear();
+  delayed_bytes_ = 0;
+  timer_.cancel();
+  inner_->close(make_error_code(errc::connection_truncated), false);
+}
+
+void FaultyLink::on_frame(Frame f) {
+  if (plan_->config_for(peer().id).hang) {
+    ++plan_->swallowed_;
+    return;
+  }
+  if (auto h = handler_.lock()) h->on_frame(std::move(f));
+}
+
+void FaultyLink::on_writable() {
+  if (auto h = handler_.lock()) h->on_writable();
+}
+
+void FaultyLink::on_closed(std::error_code ec) {
+  closed_ = true;
+  timer_.cancel();
+  if (auto h = handler_.lock()) h->on_closed(ec);
+  handler_.reset();
+}
+
+}  // namespace grove::transport
