@@ -88,10 +88,7 @@ std::shared_ptr<Host> Host::create(asio::io_context& io, Identity identity, Host
 }
 
 Host::Host(asio::io_context& io, Identity identity, HostOptions opts)
-    : io_(io),
-      strand_(asio::make_strand(io)),
-      identity_(std::move(identity)),
-      opts_(std::move(opts)) {
+    : strand_(asio::make_strand(io)), identity_(std::move(identity)), opts_(std::move(opts)) {
   if (opts_.max_connections == 0) throw ConfigError("max_connections must be at least 1");
   if (opts_.session.stream_chunk == 0 || opts_.session.stream_chunk + 64 > opts_.link.max_frame)
     throw ConfigError("stream_chunk must be positive and fit in a frame");

@@ -13,6 +13,7 @@
 #include <set>
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/thread_pool.hpp>
 
 #include "transport/faulty_link.hpp"
 #include "transport/mem_link.hpp"
@@ -130,7 +131,6 @@ class Host final : public SessionOwner, public std::enable_shared_from_this<Host
   SessionPtr add_session(std::shared_ptr<Link> link);
   SessionPtr find_session(const PeerRef& to) const;
 
-  boost::asio::io_context& io_;
   boost::asio::any_io_executor strand_;
   Identity identity_;
   HostOptions opts_;

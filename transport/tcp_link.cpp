@@ -178,32 +178,23 @@ void TcpLink::read_failed(std::error_code ec) {
 }
 
 void TcpLink::send(Frame f) {
-  if (closed_ || closing_) return;
-  queued_ += f.buf.size();
-  if (queued_ >= limits_.low_water) above_low_water_ = true;
-  ++sealing_;
-  if (limits_.inline_crypto && sealing_ == 1) {
-    seal_now(std::move(f));
-    return;
-  }
-  asio::post(seal_strand_, [self = shared_from_this(), f = std::move(f)]() mutable {
-    self->seal_and_post(std::move(f));
-  });
+  send_filled(std::move(f), {}, nullptr, Frame{});
 }
 
+// A null `fill` means the frame is complete already.
 void TcpLink::send_filled(Frame f, std::span<std::uint8_t> payload, Fill fill, Frame fallback) {
   if (closed_ || closing_) return;
   queued_ += f.buf.size();
   if (queued_ >= limits_.low_water) above_low_water_ = true;
   ++sealing_;
   if (limits_.inline_crypto && sealing_ == 1) {
-    if (fill(payload)) return seal_now(std::move(f));
+    if (!fill || fill(payload)) return seal_now(std::move(f));
     queued_ = queued_ + fallback.buf.size() - f.buf.size();
     return seal_now(std::move(fallback));
   }
   asio::post(seal_strand_, [self = shared_from_this(), f = std::move(f), payload,
                             fill = std::move(fill), fb = std::move(fallback)]() mutable {
-    if (fill(payload)) return self->seal_and_post(std::move(f));
+    if (!fill || fill(payload)) return self->seal_and_post(std::move(f));
     // queued_ counted f; the write completion subtracts only what is written (the fallback).
     const std::size_t counted = f.buf.size(), written = fb.buf.size();
     asio::post(self->ex_,
