@@ -86,6 +86,14 @@ Identity Identity::generate() {
   return id;
 }
 
+Identity Identity::from_seed(const std::array<std::uint8_t, 32>& seed) {
+  ensure_sodium();
+  Identity id;
+  crypto_sign_seed_keypair(id.pk_.data(), id.sk_.data(), seed.data());
+  id.finish();
+  return id;
+}
+
 Identity Identity::load_or_create(const std::filesystem::path& state_dir) {
   ensure_sodium();
   std::error_code ec;

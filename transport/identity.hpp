@@ -30,6 +30,8 @@ class Identity {
  public:
   /// A fresh random identity (tests, ephemeral nodes).
   static Identity generate();
+  /// The identity of a 32-byte seed (deterministic simulations and tests; never for real nodes).
+  static Identity from_seed(const std::array<std::uint8_t, 32>& seed);
   /// Loads `<state_dir>/identity.key`, or creates it (mode 0600, written atomically) on first
   /// start. Throws ConfigError if the file is unreadable, corrupt, or readable by others.
   static Identity load_or_create(const std::filesystem::path& state_dir);

@@ -1,0 +1,678 @@
+#include "dht/node.hpp"
+
+#include <algorithm>
+
+#include <spdlog/spdlog.h>
+
+namespace grove::dht {
+
+// ---------------------------------------------------------------------------------------------
+// Internal state
+
+struct DhtNode::Rpc {
+  std::uint64_t txid = 0;
+  Endpoint to;
+  std::vector<std::uint8_t> bytes;
+  Time deadline{0};
+  int retries_left = 0;
+  std::function<void(const Peer&, Message&)> on_reply;
+  std::function<void()> on_fail;
+  std::function<void()> on_slow;
+};
+
+struct DhtNode::Lookup {
+  enum class St { fresh, inflight, slow, done, failed };
+  struct Cand {
+    Contact c;
+    St st = St::fresh;
+    std::size_t hop = 1;
+    std::size_t pages = 0;
+  };
+  std::uint64_t id = 0;
+  Key target{};
+  bool values = false;
+  std::size_t quorum = 0;
+  Time deadline{0};
+  std::map<Key, Cand> cands;  // by XOR distance to target: nearest first
+  std::size_t inflight = 0;
+  std::size_t queried = 0;
+  std::map<std::pair<PublicKey, std::string>, Record> found;
+  std::size_t responders = 0;
+  bool finished = false;
+  std::function<void(Lookup&)> done;
+};
+
+struct DhtNode::PutOp {
+  std::size_t pending = 0;
+  PutResult result;
+  PutCallback done;
+};
+
+DhtNode::DhtNode(std::shared_ptr<const transport::Identity> identity, std::string address,
+                 DhtOptions opts, std::uint64_t seed)
+    : identity_(std::move(identity)),
+      address_(std::move(address)),
+      opts_(opts),
+      rng_(seed),
+      table_(identity_->id(),
+             [&] {
+               RoutingOptions r = opts.routing;
+               r.k = opts.k;
+               return r;
+             }()),
+      storage_(opts.storage) {}
+
+DhtNode::~DhtNode() = default;
+
+// ---------------------------------------------------------------------------------------------
+// Driver interface
+
+namespace {
+// Counts nesting of public entry points; the outermost one runs deferred callbacks.
+struct Entry {
+  int& depth;
+  std::function<void()> flush;
+  Entry(int& d, std::function<void()> f) : depth(d), flush(std::move(f)) { ++depth; }
+  ~Entry() {
+    if (--depth == 0) flush();
+  }
+};
+}  // namespace
+
+void DhtNode::flush() {
+  while (!deferred_.empty()) {
+    auto fns = std::move(deferred_);
+    deferred_.clear();
+    ++depth_;
+    for (auto& f : fns) f();
+    --depth_;
+  }
+}
+
+std::vector<Outgoing> DhtNode::take_outgoing() {
+  std::vector<Outgoing> o;
+  o.swap(out_);
+  return o;
+}
+
+Time DhtNode::next_deadline() const {
+  Time t = next_maintenance_;
+  if (!rpc_deadlines_.empty()) t = std::min(t, rpc_deadlines_.begin()->first);
+  return t;
+}
+
+bool DhtNode::admit(const NodeId& from, Time now) {
+  auto it = rate_.find(from);
+  if (it == rate_.end()) {
+    if (rate_.size() >= opts_.rate_sources) {
+      // Forget the source idle the longest (a full bucket again when it returns).
+      auto oldest = std::min_element(rate_.begin(), rate_.end(), [](const auto& a, const auto& b) {
+        return a.second.last < b.second.last;
+      });
+      rate_.erase(oldest);
+    }
+    it = rate_.emplace(from, RateBucket{opts_.rate_burst, now}).first;
+  }
+  RateBucket& b = it->second;
+  const double dt = std::chrono::duration<double>(now - b.last).count();
+  b.tokens = std::min(opts_.rate_burst, b.tokens + std::max(0.0, dt) * opts_.rate_per_second);
+  b.last = std::max(b.last, now);
+  if (b.tokens < 1.0) return false;
+  b.tokens -= 1.0;
+  return true;
+}
+
+void DhtNode::on_message(const Peer& from, std::span<const std::uint8_t> bytes, Time now) {
+  Entry guard(depth_, [this] { flush(); });
+  now_ = std::max(now_, now);
+  ++stats_.messages_in;
+  if (from.id == id()) return;
+  auto m = decode(bytes, opts_.wire);
+  if (!m) {
+    ++stats_.malformed;
+    if (now - last_warn_ >= Time(1000)) {
+      last_warn_ = now;
+      spdlog::warn("dht: dropped a malformed message ({} bytes) from {} at {} ({} so far)",
+                   bytes.size(), short_hex(from.id), from.observed_address, stats_.malformed);
+    }
+    return;
+  }
+  if (is_request(m->type)) {
+    if (!admit(from.id, now)) {
+      ++stats_.rate_limited;
+      return;  // dropped: the flooder's own requests time out; nobody else's are delayed
+    }
+  }
+  if (auto stale = table_.heard_from(Contact{from.id, m->sender_address}, now)) {
+    // The bucket is full: check that its oldest entry is still alive.
+    const NodeId sid = stale->id;
+    ping(Endpoint{stale->id, stale->address}, now, [this, sid](bool) { table_.ping_done(sid); });
+  }
+  if (is_request(m->type))
+    handle_request(from, *m, now);
+  else
+    handle_reply(from, std::move(*m), now);
+}
+
+void DhtNode::on_send_failed(std::uint64_t txid, Time now) {
+  Entry guard(depth_, [this] { flush(); });
+  now_ = std::max(now_, now);
+  if (rpcs_.count(txid)) rpc_failed(txid, false);
+}
+
+void DhtNode::on_timer(Time now) {
+  Entry guard(depth_, [this] { flush(); });
+  now_ = std::max(now_, now);
+  while (!rpc_deadlines_.empty() && rpc_deadlines_.begin()->first <= now) {
+    const std::uint64_t txid = rpc_deadlines_.begin()->second;
+    rpc_deadlines_.erase(rpc_deadlines_.begin());
+    auto it = rpcs_.find(txid);
+    if (it == rpcs_.end()) continue;
+    Rpc& r = *it->second;
+    if (r.retries_left > 0) {
+      --r.retries_left;
+      r.deadline = now + opts_.rpc_timeout;
+      rpc_deadlines_.insert({r.deadline, txid});
+      out_.push_back({r.to, r.bytes, txid});
+      ++stats_.messages_out;
+      if (auto slow = std::move(r.on_slow)) {
+        r.on_slow = nullptr;
+        slow();
+      }
+    } else {
+      rpc_failed(txid, true);
+    }
+  }
+  if (now >= next_maintenance_) {
+    next_maintenance_ = now + opts_.maintenance_interval;
+    maintenance(now);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Requests we answer
+
+void DhtNode::reply(const Peer& from, const Message& req, Message m) {
+  m.txid = req.txid;
+  m.sender_address = address_;
+  out_.push_back({Endpoint{from.id, req.sender_address}, encode(m), 0});
+  ++stats_.messages_out;
+}
+
+void DhtNode::handle_request(const Peer& from, const Message& m, Time now) {
+  Message r;
+  switch (m.type) {
+    case MsgType::ping:
+      r.type = MsgType::pong;
+      r.observed = from.observed_address;
+      break;
+    case MsgType::find_node:
+      r.type = MsgType::nodes;
+      r.contacts = table_.closest(m.target, opts_.k);
+      break;
+    case MsgType::find_value: {
+      r.type = MsgType::value;
+      r.records =
+          storage_.get(m.target, now, m.cursor, opts_.page_records, opts_.page_bytes, r.cursor);
+      if (!m.cursor) r.contacts = table_.closest(m.target, opts_.k);
+      break;
+    }
+    case MsgType::store: {
+      r.type = MsgType::stored;
+      for (const Record& rec : m.records) {
+        const RecordStatus st = check_record(rec, now, opts_.wire.record);
+        if (st != RecordStatus::ok) {
+          ++stats_.bad_records;
+          if (now - last_warn_ >= Time(1000)) {
+            last_warn_ = now;
+            spdlog::warn("dht: refused a record from {} ({}): {}", short_hex(from.id),
+                         from.observed_address, to_string(st));
+          }
+          r.codes.push_back(StoreCode::invalid);
+          continue;
+        }
+        r.codes.push_back(storage_.put(rec, now));
+      }
+      break;
+    }
+    default:
+      return;
+  }
+  reply(from, m, std::move(r));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Our requests
+
+std::uint64_t DhtNode::send_rpc(const Endpoint& to, Message m, Time now,
+                                std::function<void(const Peer&, Message&)> on_reply,
+                                std::function<void()> on_fail, std::function<void()> on_slow) {
+  if (rpcs_.size() >= opts_.max_rpcs) {
+    ++stats_.rpc_failures;
+    defer(std::move(on_fail));
+    return 0;
+  }
+  std::uint64_t txid;
+  do txid = rng_();
+  while (txid == 0 || rpcs_.count(txid));
+  m.txid = txid;
+  m.sender_address = address_;
+  auto r = std::make_unique<Rpc>();
+  r->txid = txid;
+  r->to = to;
+  r->bytes = encode(m);
+  r->deadline = now + opts_.rpc_timeout;
+  r->retries_left = opts_.rpc_retries;
+  r->on_reply = std::move(on_reply);
+  r->on_fail = std::move(on_fail);
+  r->on_slow = std::move(on_slow);
+  out_.push_back({to, r->bytes, txid});
+  ++stats_.messages_out;
+  ++stats_.rpcs_sent;
+  rpc_deadlines_.insert({r->deadline, txid});
+  rpcs_.emplace(txid, std::move(r));
+  return txid;
+}
+
+void DhtNode::rpc_failed(std::uint64_t txid, bool timeout) {
+  auto it = rpcs_.find(txid);
+  if (it == rpcs_.end()) return;
+  std::unique_ptr<Rpc> r = std::move(it->second);
+  rpcs_.erase(it);
+  rpc_deadlines_.erase({r->deadline, txid});
+  if (timeout)
+    ++stats_.rpc_timeouts;
+  else
+    ++stats_.rpc_failures;
+  if (r->to.id) table_.failed(*r->to.id);
+  if (r->on_fail) r->on_fail();
+}
+
+void DhtNode::handle_reply(const Peer& from, Message m, Time) {
+  auto it = rpcs_.find(m.txid);
+  if (it == rpcs_.end() || (it->second->to.id && *it->second->to.id != from.id)) {
+    ++stats_.unexpected_replies;  // late (already timed out), or not from whom we asked
+    return;
+  }
+  std::unique_ptr<Rpc> r = std::move(it->second);
+  rpcs_.erase(it);
+  rpc_deadlines_.erase({r->deadline, r->txid});
+  if (m.type == MsgType::error) {
+    ++stats_.rpc_failures;
+    if (r->on_fail) r->on_fail();
+    return;
+  }
+  if (r->on_reply) r->on_reply(from, m);
+}
+
+void DhtNode::ping(const Endpoint& e, Time now, PingCallback done) {
+  Entry guard(depth_, [this] { flush(); });
+  now_ = std::max(now_, now);
+  Message m;
+  m.type = MsgType::ping;
+  auto shared = std::make_shared<PingCallback>(std::move(done));
+  send_rpc(
+      e, std::move(m), now,
+      [shared](const Peer&, Message& r) {
+        if (*shared) (*shared)(r.type == MsgType::pong);
+      },
+      [shared] {
+        if (*shared) (*shared)(false);
+      });
+}
+
+void DhtNode::add_contact(const Endpoint& e, Time now, PingCallback done) {
+  if (e.id && *e.id == id()) return;
+  ping(e, now, std::move(done));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Iterative lookups
+
+std::uint64_t DhtNode::start_lookup(const Key& target, bool values, Time now, std::size_t quorum,
+                                    std::function<void(Lookup&)> done) {
+  auto l = std::make_unique<Lookup>();
+  const std::uint64_t lid = next_lookup_++;
+  l->id = lid;
+  l->target = target;
+  l->values = values;
+  l->quorum = quorum;
+  l->deadline = now + opts_.lookup_deadline;
+  l->done = std::move(done);
+  for (const Contact& c : table_.closest(target, opts_.k))
+    l->cands.emplace(distance(target, c.id), Lookup::Cand{c});
+  if (values) {
+    // Our own copy counts as found (we may be one of the closest nodes).
+    for (Record& r : storage_.all(target, now))
+      l->found.emplace(std::make_pair(r.owner, r.subkey), std::move(r));
+  }
+  ++stats_.lookups;
+  table_.touch_bucket(table_.bucket_of(target), now);
+  lookups_.emplace(lid, std::move(l));
+  lookup_step(lid, now);
+  return lid;
+}
+
+void DhtNode::lookup_query(Lookup& l, const Key& dist, Time now, std::optional<Cursor> cursor) {
+  Lookup::Cand& c = l.cands.at(dist);
+  if (c.st != Lookup::St::inflight) {
+    c.st = Lookup::St::inflight;
+    ++l.inflight;
+  }
+  ++l.queried;
+  Message m;
+  m.type = l.values ? MsgType::find_value : MsgType::find_node;
+  m.target = l.target;
+  m.cursor = std::move(cursor);
+  const std::uint64_t lid = l.id;
+  const Contact contact = c.c;
+  send_rpc(
+      Endpoint{contact.id, contact.address}, std::move(m), now,
+      [this, lid, dist](const Peer&, Message& r) {
+        const Time now = now_;
+        auto it = lookups_.find(lid);
+        if (it == lookups_.end()) return;
+        Lookup& l = *it->second;
+        auto cit = l.cands.find(dist);
+        if (cit == l.cands.end()) return;
+        Lookup::Cand& cand = cit->second;
+        if (cand.st == Lookup::St::inflight) --l.inflight;
+        cand.st = Lookup::St::done;  // (re-marked below if another page is fetched)
+        const bool expected = l.values ? r.type == MsgType::value : r.type == MsgType::nodes;
+        if (!expected) {
+          cand.st = Lookup::St::failed;
+          return lookup_step(lid, now);
+        }
+        for (const Contact& nc : r.contacts) {
+          if (nc.id == id() || nc.address.empty()) continue;
+          const Key d = distance(l.target, nc.id);
+          if (!l.cands.count(d))
+            l.cands.emplace(d, Lookup::Cand{nc, Lookup::St::fresh, cand.hop + 1});
+        }
+        bool got = false;
+        for (Record& rec : r.records) {
+          if (rec.key != l.target) {
+            ++stats_.bad_records;
+            continue;
+          }
+          auto slot = std::make_pair(rec.owner, rec.subkey);
+          auto f = l.found.find(slot);
+          if (f != l.found.end() &&
+              (f->second.seq > rec.seq || (f->second.seq == rec.seq && f->second.sig == rec.sig))) {
+            got = true;  // already have this or newer (no need to verify again)
+            continue;
+          }
+          if (check_record(rec, now, opts_.wire.record) != RecordStatus::ok) {
+            ++stats_.bad_records;
+            continue;
+          }
+          got = true;
+          l.found[slot] = std::move(rec);
+        }
+        if (got && cand.pages == 0) ++l.responders;
+        ++cand.pages;
+        if (l.values && r.cursor && cand.pages < opts_.max_pages) {
+          // More records at this node: fetch the next page before counting it done.
+          return lookup_query(l, dist, now, r.cursor);
+        }
+        lookup_step(lid, now);
+      },
+      [this, lid, dist] { lookup_settle(lid, dist, true); },
+      // No answer within one timeout: free the slot for another node, keep listening.
+      [this, lid, dist] { lookup_settle(lid, dist, false); });
+}
+
+// A request of a lookup failed (final) or is slow (one timeout passed): take it out of the
+// requests in flight and let the lookup go on.
+void DhtNode::lookup_settle(std::uint64_t lid, const Key& dist, bool failed) {
+  auto it = lookups_.find(lid);
+  if (it == lookups_.end()) return;
+  Lookup& l = *it->second;
+  auto cit = l.cands.find(dist);
+  if (cit == l.cands.end()) return;
+  auto& st = cit->second.st;
+  if (st == Lookup::St::inflight) {
+    --l.inflight;
+  } else if (!failed || st != Lookup::St::slow) {
+    return;  // answered meanwhile, or already settled
+  }
+  st = failed ? Lookup::St::failed : Lookup::St::slow;
+  lookup_step(lid, now_);
+}
+
+void DhtNode::lookup_step(std::uint64_t lid, Time now) {
+  auto it = lookups_.find(lid);
+  if (it == lookups_.end()) return;
+  Lookup& l = *it->second;
+  if (l.finished) return;
+  if (now >= l.deadline) return finish_lookup(lid);
+  // Quorum gets: enough holders answered and every node closer than them has been asked.
+  std::size_t considered = 0;
+  bool pending_closer = false;
+  for (auto& [d, c] : l.cands) {
+    if (c.st == Lookup::St::failed || c.st == Lookup::St::slow) continue;
+    if (considered++ >= opts_.k) break;
+    if (c.st == Lookup::St::fresh) {
+      if (l.inflight < opts_.alpha) {
+        lookup_query(l, d, now, std::nullopt);
+        if (l.finished) return;
+      } else {
+        pending_closer = true;
+      }
+    } else if (c.st == Lookup::St::inflight) {
+      pending_closer = true;
+    }
+    if (l.quorum && l.responders >= l.quorum && considered >= l.quorum && !pending_closer)
+      return finish_lookup(lid);
+  }
+  if (l.inflight == 0) finish_lookup(lid);
+}
+
+void DhtNode::finish_lookup(std::uint64_t lid) {
+  auto it = lookups_.find(lid);
+  if (it == lookups_.end() || it->second->finished) return;
+  std::unique_ptr<Lookup> l = std::move(it->second);
+  lookups_.erase(it);
+  l->finished = true;
+  // Requests still in flight reply into nothing (their callbacks find no lookup).
+  auto shared = std::shared_ptr<Lookup>(std::move(l));
+  defer([shared] { shared->done(*shared); });
+}
+
+static LookupResult result_of(const auto& l, std::size_t k) {
+  LookupResult r;
+  r.queried = l.queried;
+  for (const auto& [d, c] : l.cands) {
+    if (c.st != std::remove_cvref_t<decltype(c.st)>::done) continue;
+    if (r.closest.empty()) r.hops = c.hop;
+    r.closest.push_back(c.c);
+    if (r.closest.size() >= k) break;
+  }
+  return r;
+}
+
+void DhtNode::find_node(const Key& target, Time now, NodesCallback done) {
+  Entry guard(depth_, [this] { flush(); });
+  now_ = std::max(now_, now);
+  const std::size_t k = opts_.k;
+  start_lookup(target, false, now, 0, [done = std::move(done), k](Lookup& l) {
+    if (done) done(result_of(l, k));
+  });
+}
+
+void DhtNode::get(const Key& key, Time now, GetCallback done, GetOptions opts) {
+  Entry guard(depth_, [this] { flush(); });
+  now_ = std::max(now_, now);
+  const std::size_t k = opts_.k;
+  start_lookup(key, true, now, opts.quorum, [done = std::move(done), k](Lookup& l) {
+    GetResult g;
+    g.lookup = result_of(l, k);
+    g.responders = l.responders;
+    for (auto& [slot, rec] : l.found) g.records.push_back(std::move(rec));
+    if (done) done(std::move(g));
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Storing
+
+void DhtNode::put(std::vector<Record> records, Time now, PutCallback done) {
+  Entry guard(depth_, [this] { flush(); });
+  now_ = std::max(now_, now);
+  if (records.empty()) {
+    if (done) defer([done] { done(PutResult{}); });
+    return;
+  }
+  const Key key = records.front().key;
+  std::erase_if(records, [&](const Record& r) { return r.key != key; });
+  for (const Record& r : records)
+    if (r.owner == identity_->public_key()) own_[{r.key, {r.owner, r.subkey}}] = r;
+  start_lookup(key, false, now, 0,
+               [this, records = std::move(records), done = std::move(done)](Lookup& l) {
+                 LookupResult lr = result_of(l, opts_.k);
+                 store_on(std::move(lr.closest), records, now_, done);
+               });
+}
+
+void DhtNode::put_signed(const Key& key, std::string subkey, std::uint64_t seq, Time expires,
+                         std::vector<std::uint8_t> value, Time now, PutCallback done) {
+  put({make_record(*identity_, key, std::move(subkey), seq, expires, std::move(value))}, now,
+      std::move(done));
+}
+
+void DhtNode::forget(const Key& key, const std::string& subkey) {
+  own_.erase({key, {identity_->public_key(), subkey}});
+}
+
+void DhtNode::store_on(std::vector<Contact> targets, std::vector<Record> records, Time now,
+                       PutCallback done) {
+  auto op = std::make_shared<PutOp>();
+  op->done = std::move(done);
+  // Keep a copy ourselves when we are among the k closest to the key.
+  const Key key = records.front().key;
+  if (targets.size() < opts_.k || closer(key, id(), targets.back().id)) {
+    bool any = false;
+    for (const Record& r : records) {
+      if (check_record(r, now, opts_.wire.record) != RecordStatus::ok) continue;
+      const StoreCode c = storage_.put(r, now);
+      any |= c == StoreCode::stored || c == StoreCode::updated || c == StoreCode::unchanged;
+    }
+    op->result.local = any;
+  }
+  auto finish_one = [this, op] {
+    if (--op->pending == 0 && op->done) {
+      auto d = std::move(op->done);
+      op->done = nullptr;
+      PutResult res = op->result;
+      defer([d, res] { d(res); });
+    }
+  };
+  for (const Contact& c : targets) {
+    for (std::size_t i = 0; i < records.size(); i += opts_.wire.max_store_records) {
+      Message m;
+      m.type = MsgType::store;
+      const std::size_t end = std::min(records.size(), i + opts_.wire.max_store_records);
+      m.records.assign(records.begin() + static_cast<std::ptrdiff_t>(i),
+                       records.begin() + static_cast<std::ptrdiff_t>(end));
+      const bool first = i == 0;
+      ++op->pending;
+      if (first) ++op->result.tried;
+      send_rpc(
+          Endpoint{c.id, c.address}, std::move(m), now,
+          [op, first, finish_one](const Peer&, Message& r) {
+            const bool ok = r.type == MsgType::stored && !r.codes.empty() &&
+                            std::all_of(r.codes.begin(), r.codes.end(), [](StoreCode s) {
+                              return s == StoreCode::stored || s == StoreCode::updated ||
+                                     s == StoreCode::unchanged;
+                            });
+            if (ok && first) ++op->result.acked;
+            finish_one();
+          },
+          finish_one);
+    }
+  }
+  if (op->pending == 0 && op->done) {
+    auto d = std::move(op->done);
+    PutResult res = op->result;
+    defer([d, res] { d(res); });
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bootstrap and maintenance
+
+void DhtNode::bootstrap(std::vector<std::string> addresses, Time now,
+                        std::function<void(std::size_t)> done) {
+  Entry guard(depth_, [this] { flush(); });
+  now_ = std::max(now_, now);
+  bootstrap_ = addresses;
+  last_rebootstrap_ = now;
+  std::erase(addresses, address_);
+  auto pending = std::make_shared<std::size_t>(addresses.size());
+  auto after = [this, done] {
+    // Fill the table around our own ID; the stale-bucket refresh does the rest.
+    find_node(id(), now_, [this, done](LookupResult) {
+      if (done) done(table_.size());
+    });
+  };
+  if (addresses.empty()) return after();
+  for (const auto& a : addresses)
+    ping(Endpoint{std::nullopt, a}, now, [pending, after](bool) {
+      if (--*pending == 0) after();
+    });
+}
+
+void DhtNode::maintenance(Time now) {
+  storage_.expire(now);
+  // Re-bootstrap after losing every contact (network outage, all peers gone).
+  if (table_.size() == 0 && !bootstrap_.empty() &&
+      now - last_rebootstrap_ >= opts_.rebootstrap_interval) {
+    last_rebootstrap_ = now;
+    bootstrap(bootstrap_, now);
+  }
+  // Revive: evicted contacts may be back (a healed partition); bootstrap nodes too.
+  if (now - last_revive_ >= opts_.revive_interval) {
+    last_revive_ = now;
+    for (const Contact& c : table_.take_dormant(3)) ping(Endpoint{c.id, c.address}, now, nullptr);
+    if (table_.size() < opts_.k)
+      for (const auto& a : bootstrap_)
+        if (a != address_) ping(Endpoint{std::nullopt, a}, now, nullptr);
+  }
+  // Bucket refresh: a lookup for a random ID in every bucket nobody looked into lately.
+  if (table_.size() > 0) {
+    for (int b : table_.take_stale_buckets(now, opts_.refresh_interval))
+      find_node(random_key_in_bucket(id(), b, rng_), now, nullptr);
+  }
+  // Republish what we store for others (Kademlia: keys nobody republished to us lately) ...
+  for (const Key& key : storage_.take_keys_to_republish(now - opts_.republish_interval, now)) {
+    auto recs = storage_.all(key, now);
+    if (!recs.empty())
+      start_lookup(key, false, now, 0, [this, recs](Lookup& l) {
+        store_on(result_of(l, opts_.k).closest, recs, now_, nullptr);
+      });
+  }
+  // ... and our own records, so the nodes now closest to their keys hold them.
+  if (now - own_republished_ >= opts_.republish_interval) {
+    own_republished_ = now;
+    std::map<Key, std::vector<Record>> by_key;
+    for (auto it = own_.begin(); it != own_.end();) {
+      if (it->second.expires <= now) {
+        it = own_.erase(it);
+      } else {
+        by_key[it->first.first].push_back(it->second);
+        ++it;
+      }
+    }
+    for (auto& [key, recs] : by_key)
+      start_lookup(key, false, now, 0, [this, recs](Lookup& l) {
+        store_on(result_of(l, opts_.k).closest, recs, now_, nullptr);
+      });
+  }
+  // Lookups past their deadline end with what they have.
+  std::vector<std::uint64_t> late;
+  for (auto& [lid, l] : lookups_)
+    if (now >= l->deadline) late.push_back(lid);
+  for (auto lid : late) finish_lookup(lid);
+}
+
+}  // namespace grove::dht
