@@ -140,6 +140,9 @@ class DhtNode {
 
   // ---- introspection ----
   const NodeId& id() const noexcept { return identity_->id(); }
+  const transport::Identity& identity() const noexcept { return *identity_; }
+  /// The latest time any entry point was given.
+  Time now() const noexcept { return now_; }
   const std::string& address() const noexcept { return address_; }
   void set_address(std::string a) { address_ = std::move(a); }
   const RoutingTable& table() const noexcept { return table_; }

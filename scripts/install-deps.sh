@@ -10,6 +10,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libtorch-dev libopenblas0-pthread # OpenBLAS: ~11x faster libtorch CPU training than reference BLAS
   python3-torch                     # reference checks and the Gloo baseline (/usr/bin/python3)
+  avahi-daemon dbus-daemon          # LAN discovery tests run a private daemon pair
   git
 )
 

@@ -1,0 +1,98 @@
+// Run membership on top of the DHT. Every member of a run writes a member record under the
+// run's key (a dictionary: one slot per node, signed by it) with a short TTL and refreshes it;
+// every member polls the key and keeps a view of the live members. A node that dies stops
+// refreshing: its record expires within one TTL and the next poll drops it, so a dead member
+// leaves every view within 2 TTL. A node that leaves cleanly publishes status "leaving" and
+// is dropped at the next poll. Sans-IO like the DHT node it drives: on_timer(now) and
+// next_deadline(); the Asio runtime and the simulator call them.
+#pragma once
+
+#include <functional>
+#include <map>
+
+#include "dht/node.hpp"
+
+namespace grove::dht {
+
+struct MemberInfo {
+  NodeId id{};  ///< the record's owner (not encoded: the signature proves it)
+  std::vector<std::string> addresses;
+  std::string run_id;
+  std::uint64_t round = 0;  ///< outer round
+  std::uint64_t step = 0;   ///< inner step
+  std::string status;       ///< joining, training, ready, averaging, leaving, ...
+  double throughput = 0;    ///< samples per second
+  std::array<std::uint8_t, 32> weights_hash{};  ///< hash of the current slow weights
+  Time expires{0};
+  std::uint64_t seq = 0;
+  friend bool operator==(const MemberInfo&, const MemberInfo&) = default;
+};
+
+/// Member record value: msgpack [addresses, run_id, round, step, status, throughput, hash].
+std::vector<std::uint8_t> encode_member(const MemberInfo& m);
+transport::Result<MemberInfo> decode_member(std::span<const std::uint8_t> value);
+
+/// The DHT key of a run's member dictionary; run ids are 1-64 printable ASCII characters.
+Key members_key(const std::string& run_id);
+bool valid_run_id(const std::string& run_id);
+
+struct MembershipOptions {
+  Time ttl{30'000};            ///< lifetime of a member record
+  Time publish_every{10'000};  ///< refresh of our own record (< ttl)
+  Time poll_every{7'000};      ///< re-read of the run's members
+  std::size_t max_members = 4096;
+};
+
+enum class MemberEvent { joined, updated, left };
+const char* to_string(MemberEvent e);
+
+class Membership {
+ public:
+  using Watch = std::function<void(MemberEvent, const MemberInfo&)>;
+
+  /// `run_id` must be valid (ConfigError otherwise).
+  Membership(DhtNode& dht, std::string run_id, MembershipOptions opts);
+
+  /// What we publish about ourselves (addresses, round, status, ...); sent at the next
+  /// on_timer, which also happens right away when `now` is given.
+  void set_self(MemberInfo info);
+  MemberInfo self() const { return self_; }
+  /// Publishes status "leaving" (others drop us at their next poll) and stops refreshing.
+  void leave(Time now);
+  /// Called on every join, update and departure seen in the view (also for ourselves).
+  void watch(Watch w) { watchers_.push_back(std::move(w)); }
+
+  void on_timer(Time now);
+  Time next_deadline() const { return std::min(next_publish_, next_poll_); }
+
+  /// The live members (records not expired, not leaving), ourselves included once published.
+  std::vector<MemberInfo> live(Time now) const;
+  std::size_t size() const { return view_.size(); }
+  const std::string& run_id() const { return run_id_; }
+  std::uint64_t polls() const { return polls_; }
+
+ private:
+  void publish(Time now);
+  void poll(Time now);
+  void merge(std::vector<Record> records, Time now);
+  void emit(MemberEvent e, const MemberInfo& m);
+
+  DhtNode& dht_;
+  std::string run_id_;
+  Key key_;
+  MembershipOptions opts_;
+  MemberInfo self_;
+  bool publishing_ = false, leaving_ = false, polling_ = false;
+  std::uint64_t seq_ = 0, polls_ = 0;
+  Time next_publish_ = Time::max(), next_poll_{0};
+  std::map<NodeId, MemberInfo> view_;
+  std::vector<Watch> watchers_;
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+
+ public:
+  ~Membership() { *alive_ = false; }
+  Membership(const Membership&) = delete;
+  Membership& operator=(const Membership&) = delete;
+};
+
+}  // namespace grove::dht
