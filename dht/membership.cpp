@@ -104,11 +104,14 @@ void Membership::set_self(MemberInfo info) {
   next_publish_ = Time(0);  // at the next on_timer
 }
 
-void Membership::leave(Time now) {
-  if (!publishing_) return;
+void Membership::leave(Time now, std::function<void()> done) {
+  if (!publishing_) {
+    if (done) done();
+    return;
+  }
   self_.status = "leaving";
   leaving_ = true;
-  publish(now);
+  publish(now, std::move(done));
   publishing_ = false;
   next_publish_ = Time::max();
 }
@@ -118,7 +121,7 @@ void Membership::on_timer(Time now) {
   if (now >= next_poll_) poll(now);
 }
 
-void Membership::publish(Time now) {
+void Membership::publish(Time now, std::function<void()> done) {
   next_publish_ = now + opts_.publish_every;
   // Sequence numbers grow with the clock, and always by at least one (restarts included).
   seq_ = std::max<std::uint64_t>(seq_ + 1, static_cast<std::uint64_t>(now.count()));
@@ -126,7 +129,9 @@ void Membership::publish(Time now) {
   Record r = make_record(dht_.identity(), key_, "member", seq_, expires, encode_member(self_));
   // Our own record enters our view at once (a put does not report back to us).
   merge({r}, now);
-  dht_.put({std::move(r)}, now, nullptr);
+  dht_.put({std::move(r)}, now, [done = std::move(done)](PutResult) {
+    if (done) done();
+  });
 }
 
 void Membership::poll(Time now) {

@@ -57,8 +57,9 @@ class Membership {
   /// on_timer, which also happens right away when `now` is given.
   void set_self(MemberInfo info);
   MemberInfo self() const { return self_; }
-  /// Publishes status "leaving" (others drop us at their next poll) and stops refreshing.
-  void leave(Time now);
+  /// Publishes status "leaving" (others drop us at their next poll) and stops refreshing;
+  /// `done` runs once the record was stored (or the attempt ended).
+  void leave(Time now, std::function<void()> done = {});
   /// Called on every join, update and departure seen in the view (also for ourselves).
   void watch(Watch w) { watchers_.push_back(std::move(w)); }
 
@@ -72,7 +73,7 @@ class Membership {
   std::uint64_t polls() const { return polls_; }
 
  private:
-  void publish(Time now);
+  void publish(Time now, std::function<void()> done = {});
   void poll(Time now);
   void merge(std::vector<Record> records, Time now);
   void emit(MemberEvent e, const MemberInfo& m);
