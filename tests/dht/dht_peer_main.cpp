@@ -73,9 +73,14 @@ int main(int argc, char** argv) {
   self.status = "training";
   auto members = rt->join(run, mo, self);
   auto last = std::make_shared<std::size_t>(0);
-  rt->post([members, last, say](dht::DhtNode&, dht::Time) {
-    members->watch([members, last, say](dht::MemberEvent, const dht::MemberInfo&) {
-      const std::size_t n = members->size();
+  // The watcher holds the membership weakly (it is stored inside it).
+  rt->post([weak = std::weak_ptr<dht::Membership>(members), last, say](dht::DhtNode&, dht::Time) {
+    auto m = weak.lock();
+    if (!m) return;
+    m->watch([weak, last, say](dht::MemberEvent, const dht::MemberInfo&) {
+      auto m = weak.lock();
+      if (!m) return;
+      const std::size_t n = m->size();
       if (n != *last) say("view " + std::to_string(*last = n));
     });
   });
