@@ -313,7 +313,7 @@ transport::Result<Message> decode(std::span<const std::uint8_t> bytes, const Wir
     }
     case MsgType::error: {
       std::uint64_t code = 0;
-      ok = nb == 2 && get_u64(b[0], code) && code >= 1 && code <= 3 && get_str(b[1], 256, m.text);
+      ok = nb == 2 && get_u64(b[0], code) && code >= 1 && code <= 3 && get_str(b[1], 200, m.text);
       m.error = static_cast<ErrorCode>(code);
       break;
     }

@@ -446,26 +446,25 @@ void DhtNode::lookup_step(std::uint64_t lid, Time now) {
   Lookup& l = *it->second;
   if (l.finished) return;
   if (now >= l.deadline) return finish_lookup(lid);
-  // Quorum gets: enough holders answered and every node closer than them has been asked.
+  // Walk the k closest candidates that have not failed: ask fresh ones while fewer than alpha
+  // requests are in flight. A slow request (one timeout passed, retry under way) gives up its
+  // slot but still holds its place: the lookup ends only when each of the k closest answered
+  // or failed, so one lost packet does not drop a true-closest node from the result.
+  // Quorum gets end early: enough holders answered and nobody closer is still pending.
   std::size_t considered = 0;
-  bool pending_closer = false;
+  bool pending = false;
   for (auto& [d, c] : l.cands) {
-    if (c.st == Lookup::St::failed || c.st == Lookup::St::slow) continue;
+    if (c.st == Lookup::St::failed) continue;
     if (considered++ >= opts_.k) break;
-    if (c.st == Lookup::St::fresh) {
-      if (l.inflight < opts_.alpha) {
-        lookup_query(l, d, now, std::nullopt);
-        if (l.finished) return;
-      } else {
-        pending_closer = true;
-      }
-    } else if (c.st == Lookup::St::inflight) {
-      pending_closer = true;
+    if (c.st == Lookup::St::fresh && l.inflight < opts_.alpha) {
+      lookup_query(l, d, now, std::nullopt);
+      if (l.finished) return;
     }
-    if (l.quorum && l.responders >= l.quorum && considered >= l.quorum && !pending_closer)
+    if (c.st != Lookup::St::done) pending = true;
+    if (l.quorum && l.responders >= l.quorum && considered >= l.quorum && !pending)
       return finish_lookup(lid);
   }
-  if (l.inflight == 0) finish_lookup(lid);
+  if (!pending) finish_lookup(lid);
 }
 
 void DhtNode::finish_lookup(std::uint64_t lid) {
@@ -647,7 +646,7 @@ void DhtNode::maintenance(Time now) {
   for (const Key& key : storage_.take_keys_to_republish(now - opts_.republish_interval, now)) {
     auto recs = storage_.all(key, now);
     if (!recs.empty())
-      start_lookup(key, false, now, 0, [this, recs](Lookup& l) {
+      start_lookup(key, false, now, 0, [this, recs = recs](Lookup& l) {
         store_on(result_of(l, opts_.k).closest, recs, now_, nullptr);
       });
   }
@@ -664,7 +663,7 @@ void DhtNode::maintenance(Time now) {
       }
     }
     for (auto& [key, recs] : by_key)
-      start_lookup(key, false, now, 0, [this, recs](Lookup& l) {
+      start_lookup(key, false, now, 0, [this, recs = recs](Lookup& l) {
         store_on(result_of(l, opts_.k).closest, recs, now_, nullptr);
       });
   }

@@ -1,11 +1,15 @@
 // Writes the seed corpora of the fuzz targets:
 //   <out>/frame/      frame plaintexts of every type made by encode_frame, plus malformed variants
 //                     and bare msgpack objects (the frame target also feeds unpack_bounded);
-//   <out>/handshake/  M1, M2 and M3 of a real handshake and crafted variants of them.
-// Usage: make_seeds tests/fuzz/corpus   (the committed seeds were made this way; the handshake
-// ones differ on every run since identities and ephemeral keys are random).
+//   <out>/handshake/  M1, M2 and M3 of a real handshake and crafted variants of them;
+//   <out>/dht/        [selector][DHT message] inputs (see dht_fuzz.hpp): every message type with
+//                     signed records, reply-mode variants, invalid records, malformed messages.
+// Usage: make_seeds tests/fuzz/corpus [frame|handshake|dht]...   (no names = all; the committed
+// seeds were made this way; the handshake ones differ on every run since identities and
+// ephemeral keys are random, the others are reproducible).
 #include <sodium.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -19,6 +23,8 @@
 
 #include <msgpack.hpp>
 
+#include "dht/messages.hpp"
+#include "tests/fuzz/dht_fuzz.hpp"
 #include "transport/frame.hpp"
 #include "transport/handshake.hpp"
 #include "transport/identity.hpp"
@@ -255,19 +261,264 @@ void handshake_seeds(const fs::path& dir) {
   put("m2_low_order_point.bin", m2_low);
   put("m2_truncated.bin", std::span(m2->reply).first(kM2Size - 1));
 }
+
+// ---- dht ----
+namespace dz = grove::fuzz::dht_fuzz;
+namespace dht = grove::dht;
+
+dht::Message dht_message(dht::MsgType type, std::size_t peer, std::uint64_t txid) {
+  dht::Message m;
+  m.type = type;
+  m.txid = txid;
+  m.sender_address = dz::peer_address(peer);
+  return m;
+}
+
+dht::Record signed_record(std::size_t owner, const dht::Key& key, std::string subkey,
+                          std::uint64_t seq, std::size_t value_size,
+                          dht::Time expires = dz::kEpoch + dz::kRecordTtl) {
+  Buf value(value_size);
+  for (std::size_t i = 0; i < value.size(); ++i)
+    value[i] = static_cast<std::uint8_t>(i * 13 + owner);
+  return dht::make_record(dz::peer_identity(owner), key, std::move(subkey), seq, expires,
+                          std::move(value));
+}
+
+std::vector<dht::Contact> dht_contacts(std::size_t first, std::size_t n,
+                                       std::size_t address_size = 0) {
+  std::vector<dht::Contact> cs;
+  for (std::size_t i = first; i < first + n; ++i) {
+    std::string a = dz::peer_address(i);
+    if (address_size > a.size()) a.append(address_size - a.size(), 'a');
+    cs.push_back({dz::peer_identity(i).id(), std::move(a)});
+  }
+  return cs;
+}
+
+/// A DHT message hand-packed with msgpack (shapes dht::encode never produces).
+template <class F>
+Buf dht_custom(F&& pack) {
+  msgpack::sbuffer b;
+  msgpack::packer<msgpack::sbuffer> pk(b);
+  pack(pk);
+  return Buf(b.data(), b.data() + b.size());
+}
+
+void dht_seeds(const fs::path& dir) {
+  const dht::WireLimits lim;
+  auto put_raw = [&](const std::string& name, std::uint8_t sel, const Buf& msg) {
+    Buf data{sel};
+    data.insert(data.end(), msg.begin(), msg.end());
+    const std::string verdict = "message: " + verdict_of(dht::decode(msg, lim).error());
+    write(dir, name, data, verdict.c_str());
+  };
+  auto put = [&](const std::string& name, std::uint8_t sel, const dht::Message& m) {
+    put_raw(name, sel, dht::encode(m));
+  };
+  // Bare encodings: the first byte doubles as the selector; decode() sees a whole message.
+  auto put_bare = [&](const std::string& name, const dht::Message& m) {
+    const Buf msg = dht::encode(m);
+    write(dir, name, msg, ("whole input: " + verdict_of(dht::decode(msg, lim).error())).c_str());
+  };
+  using dht::MsgType;
+  using dz::selector;
+  const dht::Key key0 = dz::fuzz_key(0), key1 = dz::fuzz_key(1);
+  const dht::Time expires = dz::kEpoch + dz::kRecordTtl;
+
+  // Requests, from every fixed peer (each enters the node's routing table).
+  for (std::size_t p = 0; p < dz::kPeers; ++p)
+    put("ping_peer" + std::to_string(p) + ".bin", selector(p, false),
+        dht_message(MsgType::ping, p, 100 + p));
+  {
+    auto m = dht_message(MsgType::find_node, 1, 201);
+    m.target = dht::key_of("some target");
+    put("find_node.bin", selector(1, false), m);
+    m.target = dz::node_identity().id();
+    put("find_node_self.bin", selector(2, false, 0), m);
+  }
+  {
+    auto m = dht_message(MsgType::find_value, 2, 301);
+    m.target = key0;
+    put("find_value.bin", selector(2, false), m);
+    m.cursor = dht::Cursor{dz::peer_identity(4).public_key(), "member/1"};
+    put("find_value_cursor.bin", selector(2, false), m);
+  }
+  {
+    auto m = dht_message(MsgType::store, 3, 401);
+    m.records = {signed_record(4, key0, "", 1, 32), signed_record(5, key0, "member/1", 7, 100)};
+    put("store.bin", selector(3, false), m);
+    m.records.clear();
+    for (std::size_t o = 4; o < 12; ++o)
+      m.records.push_back(signed_record(o, key1, "member/" + std::to_string(o), o, 64));
+    put("store_dictionary.bin", selector(0, false), m);
+    m.records.clear();
+    for (int i = 0; i < 16; ++i)
+      m.records.push_back(signed_record(6, key0, "s" + std::to_string(i), 1, 512));
+    put("store_max.bin", selector(1, false), m);
+    m.records = {signed_record(7, key1, "big", 1, lim.record.max_value)};
+    put("store_large_value.bin", selector(2, false), m);
+    // Invalid records next to a valid one: expired, too far ahead, bad signature.
+    m.records = {signed_record(8, key0, "expired", 1, 8, dz::kEpoch - dht::Time(1000)),
+                 signed_record(8, key0, "future", 1, 8, dz::kEpoch + std::chrono::hours(48)),
+                 signed_record(8, key0, "badsig", 1, 8), signed_record(8, key0, "ok", 1, 8)};
+    m.records[2].sig[0] ^= 1;
+    put("store_invalid.bin", selector(3, false), m);
+    // A slot twice, newer first: the older one is stale (a replay).
+    m.records = {signed_record(9, key0, "slot", 5, 8), signed_record(9, key0, "slot", 3, 8),
+                 signed_record(9, key0, "slot", 5, 8)};
+    put("store_replay.bin", selector(0, false), m);
+  }
+
+  // Replies (reply mode: the harness gives them the txid of a request the node sent).
+  {
+    auto m = dht_message(MsgType::pong, 0, 0);
+    m.observed = "me:1";
+    put("pong.bin", selector(0, true), m);
+  }
+  {
+    auto m = dht_message(MsgType::nodes, 1, 0);
+    m.contacts = dht_contacts(0, 20);
+    put("nodes.bin", selector(1, true), m);
+    m.contacts = dht_contacts(20, lim.max_contacts, lim.max_address);
+    put("nodes_max.bin", selector(1, true, 1), m);
+    // Ourselves and a contact without an address: both skipped by lookups.
+    m.contacts = dht_contacts(40, 3);
+    m.contacts.push_back({dz::node_identity().id(), dz::kSelfAddress});
+    m.contacts.push_back({dz::peer_identity(43).id(), ""});
+    put("nodes_self_and_no_address.bin", selector(2, true), m);
+    m.contacts.clear();
+    put("nodes_empty.bin", selector(3, true), m);
+  }
+  {
+    auto m = dht_message(MsgType::value, 2, 0);
+    m.records = {signed_record(4, key0, "", 2, 16), signed_record(10, key0, "member/10", 1, 40),
+                 signed_record(11, key0, "member/11", 3, 8)};
+    m.contacts = dht_contacts(50, 5);
+    put("value.bin", selector(2, true), m);
+    m.contacts.clear();
+    m.cursor = dht::Cursor{dz::peer_identity(11).public_key(), "member/11"};
+    put("value_page.bin", selector(2, true, 1), m);
+    m.cursor.reset();
+    m.records = {signed_record(4, key1, "", 2, 16), signed_record(5, key1, "x", 1, 16)};
+    put("value_key1.bin", selector(3, true, 2), m);
+    m.records = {signed_record(8, key0, "expired", 1, 8, dz::kEpoch - dht::Time(1000)),
+                 signed_record(8, key0, "badsig", 1, 8)};
+    m.records[1].sig[5] ^= 0x40;
+    put("value_invalid.bin", selector(0, true), m);
+    m.records.clear();
+    m.contacts = dht_contacts(60, 8);
+    put("value_contacts_only.bin", selector(1, true), m);
+  }
+  {
+    auto m = dht_message(MsgType::stored, 3, 0);
+    m.codes = {dht::StoreCode::stored};
+    put("stored.bin", selector(3, true), m);
+    m.codes = {dht::StoreCode::stored,    dht::StoreCode::updated, dht::StoreCode::unchanged,
+               dht::StoreCode::stale,     dht::StoreCode::invalid, dht::StoreCode::over_quota,
+               dht::StoreCode::unchanged, dht::StoreCode::stored};
+    put("stored_all_codes.bin", selector(0, true), m);
+    m.codes.clear();
+    put("stored_empty.bin", selector(1, true), m);
+  }
+  {
+    auto m = dht_message(MsgType::error, 0, 0);
+    m.error = dht::ErrorCode::rate_limited;
+    m.text = "rate limited";
+    put("error.bin", selector(0, true), m);
+    m.error = dht::ErrorCode::malformed;
+    m.text = std::string(200, 'e');
+    put("error_malformed.bin", selector(1, true), m);
+  }
+  // Reply mode without a message: the send of a pending request fails.
+  write(dir, "send_failed.bin", Buf{selector(2, true)}, "-");
+  // A reply outside reply mode: unexpected (no such request).
+  put("unexpected_nodes.bin", selector(1, false), [&] {
+    auto m = dht_message(MsgType::nodes, 1, 12345);
+    m.contacts = dht_contacts(0, 4);
+    return m;
+  }());
+
+  // Malformed messages.
+  put_raw("bad_version.bin", selector(0, false), dht_custom([](auto& pk) {
+            pk.pack_array(4);
+            pk.pack(2);
+            pk.pack(1);
+            pk.pack(1);
+            pk.pack(std::string("peer0:1"));
+          }));
+  put_raw("unknown_type.bin", selector(1, false), dht_custom([](auto& pk) {
+            pk.pack_array(4);
+            pk.pack(1);
+            pk.pack(10);
+            pk.pack(1);
+            pk.pack(std::string("peer1:1"));
+          }));
+  put_raw("ping_extra_field.bin", selector(2, false), dht_custom([](auto& pk) {
+            pk.pack_array(5);
+            pk.pack(1);
+            pk.pack(1);
+            pk.pack(1);
+            pk.pack(std::string("peer2:1"));
+            pk.pack_nil();
+          }));
+  put_raw("contact_short_id.bin", selector(3, true), dht_custom([](auto& pk) {
+            pk.pack_array(5);
+            pk.pack(1);
+            pk.pack(static_cast<int>(MsgType::nodes));
+            pk.pack(1);
+            pk.pack(std::string("peer3:1"));
+            pk.pack_array(1);
+            pk.pack_array(2);
+            pk.pack_bin(31);
+            pk.pack_bin_body(std::string(31, 'i').data(), 31);
+            pk.pack(std::string("x:1"));
+          }));
+  put_raw("stored_bad_code.bin", selector(0, true), dht_custom([](auto& pk) {
+            pk.pack_array(5);
+            pk.pack(1);
+            pk.pack(static_cast<int>(MsgType::stored));
+            pk.pack(1);
+            pk.pack(std::string("peer0:1"));
+            pk.pack_bin(2);
+            pk.pack_bin_body("\x00\x09", 2);
+          }));
+  {
+    auto m = dht_message(MsgType::store, 0, 501);
+    m.records = {signed_record(4, key0, "", 1, 32)};
+    const Buf full = dht::encode(m);
+    put_raw("store_truncated.bin", selector(0, false),
+            Buf(full.begin(), full.begin() + static_cast<std::ptrdiff_t>(full.size() / 2)));
+    // Bare encodings (no selector byte) for the decoder's view of the whole input.
+    put_bare("bare_store.bin", m);
+    put_bare("bare_ping.bin", dht_message(MsgType::ping, 0, 7));
+    auto v = dht_message(MsgType::value, 1, 8);
+    v.records = {signed_record(5, key0, "member/1", 7, 24)};
+    v.contacts = dht_contacts(0, 2);
+    v.cursor = dht::Cursor{dz::peer_identity(5).public_key(), "member/1"};
+    put_bare("bare_value.bin", v);
+  }
+}
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: %s OUT_DIR   (e.g. tests/fuzz/corpus)\n", argv[0]);
+  const std::map<std::string, void (*)(const fs::path&)> corpora{
+      {"frame", frame_seeds}, {"handshake", handshake_seeds}, {"dht", dht_seeds}};
+  std::vector<std::string> names(argv + std::min(argc, 2), argv + argc);
+  bool known = argc >= 2;
+  for (const auto& n : names) known = known && corpora.count(n);
+  if (!known) {
+    std::fprintf(stderr, "usage: %s OUT_DIR [frame|handshake|dht]...   (e.g. tests/fuzz/corpus)\n",
+                 argv[0]);
     return 2;
   }
+  if (names.empty())
+    for (const auto& [n, fn] : corpora) names.push_back(n);
   try {
     const fs::path out(argv[1]);
-    fs::create_directories(out / "frame");
-    fs::create_directories(out / "handshake");
-    frame_seeds(out / "frame");
-    handshake_seeds(out / "handshake");
+    for (const auto& n : names) {
+      fs::create_directories(out / n);
+      corpora.at(n)(out / n);
+    }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "make_seeds: %s\n", e.what());
     return 1;
