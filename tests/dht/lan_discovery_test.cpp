@@ -9,6 +9,7 @@
 // DBUS_SYSTEM_BUS_ADDRESS is set once per process to that socket path (libdbus reads it once), so
 // while no private daemon runs it points at nothing: that is the "no daemon" case.
 #include "dht/lan_discovery.hpp"
+#include "dht/runtime.hpp"
 
 #include <fcntl.h>
 #include <net/if.h>
@@ -614,6 +615,48 @@ TEST_F(LanDiscoveryTest, DaemonGoingAwayStopsQuietly) {
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error(), transport::errc::unreachable);
   EXPECT_LT(Clock::now() - t0, 5s);
+}
+
+}  // namespace
+}  // namespace grove::dht
+
+namespace grove::dht {
+namespace {
+
+// Two DHT nodes with no --peer at all find each other through the LAN and form one run view.
+TEST_F(LanDiscoveryTest, DhtRuntimesWithoutPeersFindEachOther) {
+  std::vector<std::shared_ptr<transport::Host>> hosts;
+  std::vector<std::shared_ptr<DhtRuntime>> rts;
+  std::vector<std::shared_ptr<Membership>> runs;
+  MembershipOptions mo;
+  mo.ttl = Time(3000);
+  mo.publish_every = Time(1000);
+  mo.poll_every = Time(700);
+  for (int i = 0; i < 2; ++i) {
+    transport::HostOptions ho;
+    ho.listen = "127.0.0.1:0";
+    hosts.push_back(transport::Host::create(io_, transport::Identity::generate(), ho));
+    rts.push_back(DhtRuntime::create(hosts.back(), DhtOptions{}, 100 + i));
+    hosts.back()->start();
+    rts.back()->start();
+    ASSERT_TRUE(rts.back()->start_lan_discovery("lan-swarm"));
+    MemberInfo self;
+    self.addresses = {hosts.back()->address()};
+    runs.push_back(rts.back()->join("lan-run", mo, self));
+  }
+  const auto t0 = Clock::now();
+  const bool ok = run_until(
+      io_, [&] { return runs[0]->size() == 2 && runs[1]->size() == 2; }, 30s);
+  EXPECT_TRUE(ok) << "views " << runs[0]->size() << " and " << runs[1]->size();
+  std::cerr << "LAN-only nodes share one run view after "
+            << std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count()
+            << " ms\n";
+  for (auto& rt : rts) rt->stop();
+  for (auto& h : hosts) h->shutdown();
+  run_until(
+      io_, [] { return false; }, 300ms);  // let goodbyes go out
+  transport::quiesce_worker_pool();
+  io_.poll();
 }
 
 }  // namespace
