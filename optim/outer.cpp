@@ -1,0 +1,177 @@
+#include "optim/outer.hpp"
+
+#include <cassert>
+#include <cmath>
+#include <cstring>
+
+namespace grove::optim {
+
+// The loops are written so that GCC/Clang vectorise them (no aliasing between the spans is
+// assumed by the callers' contract: each output buffer is distinct from the inputs).
+
+void diloco_step(std::span<float> phi, std::span<float> buf, std::span<const float> delta_mean,
+                 const DiLoCoConfig& cfg) {
+  assert(phi.size() == buf.size() && phi.size() == delta_mean.size());
+  float* __restrict p = phi.data();
+  float* __restrict b = buf.data();
+  const float* __restrict d = delta_mean.data();
+  const float mu = cfg.momentum, lr = cfg.lr;
+  const std::size_t n = phi.size();
+  for (std::size_t i = 0; i < n; ++i) {
+    // Same operation order as torch: buf.mul_(μ).add_(g); g = g.add(buf, alpha=μ);
+    // p.add_(g, alpha=-lr).
+    const float nb = b[i] * mu + d[i];
+    b[i] = nb;
+    const float g = d[i] + mu * nb;
+    p[i] = p[i] + (-lr) * g;
+  }
+}
+
+void noloco_step(std::span<float> phi, std::span<float> m, std::span<const float> delta_mean,
+                 std::span<const float> phi_mean, const NoLoCoConfig& cfg) {
+  assert(phi.size() == m.size() && phi.size() == delta_mean.size() &&
+         phi.size() == phi_mean.size());
+  float* __restrict p = phi.data();
+  float* __restrict mm = m.data();
+  const float* __restrict d = delta_mean.data();
+  const float* __restrict pm = phi_mean.data();
+  const float a = cfg.alpha, be = cfg.beta, ga = cfg.gamma;
+  const std::size_t n = phi.size();
+  for (std::size_t i = 0; i < n; ++i) {
+    const float nm = a * mm[i] - be * d[i] - ga * (p[i] - pm[i]);
+    mm[i] = nm;
+    p[i] = p[i] + nm;
+  }
+}
+
+void noloco_step_theta(std::span<float> phi, std::span<float> m, std::span<const float> theta_mean,
+                       const NoLoCoConfig& cfg) {
+  assert(phi.size() == m.size() && phi.size() == theta_mean.size());
+  float* __restrict p = phi.data();
+  float* __restrict mm = m.data();
+  const float* __restrict t = theta_mean.data();
+  const float a = cfg.alpha, be = cfg.beta;
+  const std::size_t n = phi.size();
+  for (std::size_t i = 0; i < n; ++i) {
+    const float nm = a * mm[i] + be * (t[i] - p[i]);
+    mm[i] = nm;
+    p[i] = p[i] + nm;
+  }
+}
+
+void error_feedback_accumulate(std::span<float> e, std::span<const float> delta, float decay) {
+  assert(e.size() == delta.size());
+  float* __restrict x = e.data();
+  const float* __restrict d = delta.data();
+  for (std::size_t i = 0; i < e.size(); ++i) x[i] = decay * x[i] + d[i];
+}
+
+void apply_mean_update(std::span<float> phi, std::span<const float> mean_update, float lr) {
+  assert(phi.size() == mean_update.size());
+  float* __restrict p = phi.data();
+  const float* __restrict u = mean_update.data();
+  for (std::size_t i = 0; i < phi.size(); ++i) p[i] = p[i] - lr * u[i];
+}
+
+void pseudo_gradient(std::span<const float> phi, std::span<const float> theta,
+                     std::span<float> delta) {
+  assert(phi.size() == theta.size() && phi.size() == delta.size());
+  const float* __restrict p = phi.data();
+  const float* __restrict t = theta.data();
+  float* __restrict d = delta.data();
+  for (std::size_t i = 0; i < phi.size(); ++i) d[i] = p[i] - t[i];
+}
+
+void overlap_mix(std::span<float> theta_local, std::span<float> phi, std::span<const float> phi_new,
+                 float alpha) {
+  assert(theta_local.size() == phi.size() && phi.size() == phi_new.size());
+  float* __restrict t = theta_local.data();
+  float* __restrict p = phi.data();
+  const float* __restrict q = phi_new.data();
+  const float b = 1.0f - alpha;
+  for (std::size_t i = 0; i < phi.size(); ++i) {
+    t[i] = alpha * t[i] + b * q[i];
+    p[i] = q[i];
+  }
+}
+
+bool all_finite(std::span<const float> x) {
+  // Branch-free accumulation so the loop vectorises; any NaN/Inf makes the sum non-finite
+  // only via x - x (NaN for Inf and NaN, 0 otherwise).
+  float acc = 0.0f;
+  for (float v : x) acc += v - v;
+  return acc == 0.0f;
+}
+
+// ---- serialisation ----
+
+namespace {
+constexpr char kMagic[8] = {'G', 'R', 'V', 'O', 'U', 'T', '0', '1'};
+
+std::uint64_t fnv1a(std::span<const std::uint8_t> b) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (std::uint8_t c : b) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+void put_u64(std::vector<std::uint8_t>& out, std::uint64_t v) {
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
+}
+std::uint64_t get_u64(const std::uint8_t* p) {
+  std::uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= std::uint64_t{p[i]} << (8 * i);
+  return v;
+}
+void put_floats(std::vector<std::uint8_t>& out, const std::vector<float>& v) {
+  put_u64(out, v.size());
+  const std::size_t at = out.size();
+  out.resize(at + v.size() * 4);
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    std::uint32_t u;
+    std::memcpy(&u, &v[i], 4);
+    for (int k = 0; k < 4; ++k) out[at + 4 * i + k] = static_cast<std::uint8_t>(u >> (8 * k));
+  }
+}
+bool get_floats(std::span<const std::uint8_t>& in, std::size_t max, std::vector<float>& v) {
+  if (in.size() < 8) return false;
+  const std::uint64_t n = get_u64(in.data());
+  in = in.subspan(8);
+  if (n > max || n > in.size() / 4) return false;
+  v.resize(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    std::uint32_t u = 0;
+    for (int k = 0; k < 4; ++k) u |= std::uint32_t{in[4 * i + k]} << (8 * k);
+    std::memcpy(&v[i], &u, 4);
+  }
+  in = in.subspan(n * 4);
+  return all_finite(v);
+}
+}  // namespace
+
+std::vector<std::uint8_t> serialize(const OuterState& s) {
+  std::vector<std::uint8_t> out(kMagic, kMagic + 8);
+  put_u64(out, s.round);
+  put_floats(out, s.phi);
+  put_floats(out, s.momentum);
+  put_floats(out, s.error);
+  put_u64(out, fnv1a(out));
+  return out;
+}
+
+std::optional<OuterState> deserialize(std::span<const std::uint8_t> bytes, std::size_t max_values) {
+  if (bytes.size() < 8 + 8 + 3 * 8 + 8 || std::memcmp(bytes.data(), kMagic, 8) != 0)
+    return std::nullopt;
+  const auto body = bytes.first(bytes.size() - 8);
+  if (fnv1a(body) != get_u64(bytes.data() + bytes.size() - 8)) return std::nullopt;
+  OuterState s;
+  s.round = get_u64(body.data() + 8);
+  auto in = body.subspan(16);
+  if (!get_floats(in, max_values, s.phi) || !get_floats(in, max_values, s.momentum) ||
+      !get_floats(in, max_values, s.error) || !in.empty())
+    return std::nullopt;
+  if ((!s.momentum.empty() && s.momentum.size() != s.phi.size()) ||
+      (!s.error.empty() && s.error.size() != s.phi.size()))
+    return std::nullopt;
+  return s;
+}
+
+}  // namespace grove::optim

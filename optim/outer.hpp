@@ -1,0 +1,82 @@
+// Outer optimizer steps of DiLoCo, NoLoCo and SparseLoCo on flat float32 buffers, with their
+// state explicit and serialisable (checkpoints, state sync to joiners). Pure math: no
+// networking, no libtorch, no allocation in the steps. Rules: ../shared/ALGORITHMS.md.
+//   φ slow weights, θ fast weights after H inner steps, Δ = φ − θ pseudo-gradient.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+namespace grove::optim {
+
+/// DiLoCo: SGD with Nesterov momentum on the averaged pseudo-gradient, exactly as
+/// torch.optim.SGD(lr, momentum, nesterov=True, dampening=0, weight_decay=0):
+///   b = μ·b + Δ;  φ = φ − lr·(Δ + μ·b).   (b starts at zero, which equals torch's first step.)
+struct DiLoCoConfig {
+  float lr = 0.7f;
+  float momentum = 0.9f;
+};
+void diloco_step(std::span<float> phi, std::span<float> buf, std::span<const float> delta_mean,
+                 const DiLoCoConfig& cfg);
+
+/// NoLoCo: modified Nesterov with a consensus term, over a group G (i included):
+///   m = α·m − β·mean_G(Δ) − γ·(φ − mean_G(φ));  φ = φ + m.
+struct NoLoCoConfig {
+  float alpha = 0.5f;
+  float beta = 0.7f;
+  float gamma = 0.7f;
+  bool one_tensor() const { return beta == gamma; }
+};
+void noloco_step(std::span<float> phi, std::span<float> m, std::span<const float> delta_mean,
+                 std::span<const float> phi_mean, const NoLoCoConfig& cfg);
+/// The β = γ form, where only θ travels: m = α·m + β·(mean_G(θ) − φ); φ = φ + m.
+/// A group of one (no partner) passes its own θ: m = α·m − β·Δ.
+void noloco_step_theta(std::span<float> phi, std::span<float> m, std::span<const float> theta_mean,
+                       const NoLoCoConfig& cfg);
+
+/// SparseLoCo, the parts around the top-k codec (optim/codecs): the error buffer takes the new
+/// pseudo-gradient, e = β_e·e + Δ; the codec sends a top-k of e and subtracts what it sent;
+/// every node applies the mean of what was sent, φ = φ − lr·mean(Δ̂).
+struct SparseLoCoConfig {
+  float lr = 1.0f;
+  float decay = 0.95f;  ///< β_e
+  std::size_t chunk = 4096;
+  std::size_t topk = 64;
+};
+void error_feedback_accumulate(std::span<float> e, std::span<const float> delta, float decay);
+void apply_mean_update(std::span<float> phi, std::span<const float> mean_update, float lr);
+
+/// Δ = φ − θ.
+void pseudo_gradient(std::span<const float> phi, std::span<const float> theta,
+                     std::span<float> delta);
+
+/// Overlap (Streaming DiLoCo): the round's exchange ran while inner steps went on; when the new
+/// slow weights φ' arrive, θ = α·θ_local + (1−α)·φ' and φ := φ'. The next pseudo-gradient is
+/// then φ' − θ_next: it is taken against the new slow weights, not against the mixed θ (taking
+/// it against the mixed weights makes every later pseudo-gradient shrink towards zero).
+void overlap_mix(std::span<float> theta_local, std::span<float> phi, std::span<const float> phi_new,
+                 float alpha = 0.5f);
+
+/// Everything the outer loop carries from round to round.
+struct OuterState {
+  std::uint64_t round = 0;
+  std::vector<float> phi;       ///< slow weights
+  std::vector<float> momentum;  ///< DiLoCo b / NoLoCo m (empty if unused)
+  std::vector<float> error;     ///< SparseLoCo error buffer (empty if unused)
+  friend bool operator==(const OuterState&, const OuterState&) = default;
+};
+
+/// Binary form: "GRVOUT01", u64 round, three (u64 count, float32 LE values) arrays, and a
+/// BLAKE2b-free checksum (FNV-1a 64 of everything before it). Parsing is bounded by
+/// `max_values` per array and rejects non-finite values, bad sizes and bad checksums.
+std::vector<std::uint8_t> serialize(const OuterState& s);
+std::optional<OuterState> deserialize(std::span<const std::uint8_t> bytes,
+                                      std::size_t max_values = std::size_t{1} << 31);
+
+/// True when every value is finite.
+bool all_finite(std::span<const float> x);
+
+}  // namespace grove::optim

@@ -1,0 +1,181 @@
+// Outer steps against PyTorch (Debian's python3-torch through /usr/bin/python3): 20 rounds on
+// random tensors, every round compared to 1e-6 relative.
+#include "optim/outer.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+namespace grove::optim {
+namespace {
+
+constexpr int kRounds = 20;
+constexpr std::size_t kN = 10007;  // not a multiple of any vector width
+
+struct Case {
+  int mode;
+  float p0, p1, p2;
+};
+
+std::vector<float> randn(std::mt19937& rng, std::size_t n, float scale) {
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+// Runs the reference script and returns rounds × (phi, state).
+std::vector<float> reference(const Case& c, const std::vector<float>& phi0,
+                             const std::vector<std::vector<float>>& arrays) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("grove-outer-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  const fs::path in = dir / "in.bin", out = dir / "out.bin";
+  {
+    std::ofstream f(in, std::ios::binary);
+    const std::int32_t hdr[3] = {c.mode, kRounds, static_cast<std::int32_t>(kN)};
+    const float ps[3] = {c.p0, c.p1, c.p2};
+    f.write(reinterpret_cast<const char*>(hdr), sizeof hdr);
+    f.write(reinterpret_cast<const char*>(ps), sizeof ps);
+    f.write(reinterpret_cast<const char*>(phi0.data()), phi0.size() * 4);
+    for (auto& a : arrays) f.write(reinterpret_cast<const char*>(a.data()), a.size() * 4);
+  }
+  const std::string cmd = "/usr/bin/python3 " GROVE_SOURCE_DIR "/tests/optim/outer_reference.py " +
+                          in.string() + " " + out.string();
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << "reference failed (needs python3-torch): " << cmd;
+  std::vector<float> r(static_cast<std::size_t>(kRounds) * 2 * kN);
+  std::ifstream f(out, std::ios::binary);
+  f.read(reinterpret_cast<char*>(r.data()), static_cast<std::streamsize>(r.size() * 4));
+  EXPECT_EQ(static_cast<std::size_t>(f.gcount()), r.size() * 4);
+  fs::remove_all(dir);
+  return r;
+}
+
+// Relative error of a tensor: max |a - b| / max |b|. (Element-wise relative error is not
+// meaningful where an update cancels a weight to near zero: torch's CPU kernels fuse
+// p + (-lr)·g into one FMA, we round the product first; both are within an ulp of |p|.)
+double max_rel(const float* a, const float* b, std::size_t n) {
+  double worst = 0, scale = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    worst = std::max(worst, std::abs(double(a[i]) - b[i]));
+    scale = std::max(scale, std::abs(double(b[i])));
+  }
+  return worst / std::max(scale, 1e-30);
+}
+
+void check(const Case& c) {
+  std::mt19937 rng(1234 + c.mode);
+  const auto phi0 = randn(rng, kN, 1.0f);
+  const int per = (c.mode == 1 || c.mode == 3) ? 2 : 1;
+  std::vector<std::vector<float>> arrays;
+  for (int r = 0; r < kRounds; ++r)
+    for (int k = 0; k < per; ++k)
+      arrays.push_back(k == 1 && c.mode == 1 ? [&] {  // phi_mean: near phi
+        auto v = randn(rng, kN, 0.05f);
+        for (std::size_t i = 0; i < kN; ++i) v[i] += phi0[i];
+        return v;
+      }()
+                                             : randn(rng, kN, 0.02f));
+  const auto ref = reference(c, phi0, arrays);
+  std::vector<float> phi = phi0, state(kN, 0.0f);
+  for (int r = 0; r < kRounds; ++r) {
+    const auto& a0 = arrays[r * per];
+    switch (c.mode) {
+      case 0:
+        diloco_step(phi, state, a0, DiLoCoConfig{c.p0, c.p1});
+        break;
+      case 1:
+        noloco_step(phi, state, a0, arrays[r * per + 1], NoLoCoConfig{c.p0, c.p1, c.p2});
+        break;
+      case 2:
+        noloco_step_theta(phi, state, a0, NoLoCoConfig{c.p0, c.p1, c.p1});
+        break;
+      case 3:
+        error_feedback_accumulate(state, a0, c.p1);
+        apply_mean_update(phi, arrays[r * per + 1], c.p0);
+        break;
+    }
+    const float* rp = ref.data() + static_cast<std::size_t>(r) * 2 * kN;
+    EXPECT_LE(max_rel(phi.data(), rp, kN), 1e-6) << "mode " << c.mode << " round " << r << " phi";
+    EXPECT_LE(max_rel(state.data(), rp + kN, kN), 1e-6)
+        << "mode " << c.mode << " round " << r << " state";
+  }
+}
+
+TEST(Outer, DiLoCoMatchesTorchSgdNesterov) {
+  check({0, 0.7f, 0.9f, 0});
+}
+TEST(Outer, NoLoCoMatchesFormula) {
+  check({1, 0.5f, 0.7f, 0.3f});
+}
+TEST(Outer, NoLoCoOneTensorMatchesFormula) {
+  check({2, 0.5f, 0.7f, 0});
+}
+TEST(Outer, SparseLoCoPiecesMatchFormula) {
+  check({3, 1.0f, 0.95f, 0});
+}
+
+TEST(Outer, OneTensorFormEqualsTwoTensorFormWhenBetaEqualsGamma) {
+  std::mt19937 rng(5);
+  const std::size_t n = 1000;
+  auto phi_a = randn(rng, n, 1.0f), phi_b = phi_a, theta_mine = randn(rng, n, 1.0f),
+       theta_peer = randn(rng, n, 1.0f), phi_peer = randn(rng, n, 1.0f);
+  std::vector<float> m_a(n, 0.1f), m_b = m_a, d_mean(n), phi_mean(n), theta_mean(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    d_mean[i] = 0.5f * ((phi_a[i] - theta_mine[i]) + (phi_peer[i] - theta_peer[i]));
+    phi_mean[i] = 0.5f * (phi_a[i] + phi_peer[i]);
+    theta_mean[i] = 0.5f * (theta_mine[i] + theta_peer[i]);
+  }
+  NoLoCoConfig cfg{0.5f, 0.7f, 0.7f};
+  noloco_step(phi_a, m_a, d_mean, phi_mean, cfg);
+  noloco_step_theta(phi_b, m_b, theta_mean, cfg);
+  for (std::size_t i = 0; i < n; ++i) {
+    EXPECT_NEAR(phi_a[i], phi_b[i], 1e-5f);
+    EXPECT_NEAR(m_a[i], m_b[i], 1e-5f);
+  }
+}
+
+TEST(Outer, OverlapMixKeepsTheRightReference) {
+  // After mixing, the next pseudo-gradient is taken against the new slow weights: if the inner
+  // steps then move θ by δ, Δ = φ' − θ = (1−α)(φ' − θ_local_old)... non-zero, not zero.
+  std::vector<float> theta{2.0f, 4.0f}, phi{1.0f, 1.0f}, phi_new{1.5f, 2.0f};
+  overlap_mix(theta, phi, phi_new, 0.5f);
+  EXPECT_EQ(theta, (std::vector<float>{1.75f, 3.0f}));
+  EXPECT_EQ(phi, phi_new);
+  std::vector<float> delta(2);
+  pseudo_gradient(phi, theta, delta);
+  EXPECT_EQ(delta, (std::vector<float>{-0.25f, -1.0f}));
+}
+
+TEST(Outer, StateSerialisesAndRejectsCorruption) {
+  OuterState s;
+  s.round = 42;
+  std::mt19937 rng(9);
+  s.phi = randn(rng, 513, 1.0f);
+  s.momentum = randn(rng, 513, 0.1f);
+  auto bytes = serialize(s);
+  auto back = deserialize(bytes);
+  ASSERT_TRUE(back);
+  EXPECT_EQ(*back, s);
+  for (std::size_t cut : {std::size_t{0}, std::size_t{10}, bytes.size() - 1})
+    EXPECT_FALSE(deserialize(std::span(bytes).first(cut)));
+  auto flipped = bytes;
+  flipped[100] ^= 1;
+  EXPECT_FALSE(deserialize(flipped));
+  EXPECT_FALSE(deserialize(bytes, 100));  // over the caller's bound
+  OuterState bad = s;
+  bad.phi[3] = std::nanf("");
+  EXPECT_FALSE(deserialize(serialize(bad)));
+  bad = s;
+  bad.error = {1.0f};  // size does not match phi
+  EXPECT_FALSE(deserialize(serialize(bad)));
+  EXPECT_TRUE(all_finite(s.phi));
+  EXPECT_FALSE(all_finite(std::vector<float>{1.0f, INFINITY}));
+}
+
+}  // namespace
+}  // namespace grove::optim
