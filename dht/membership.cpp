@@ -50,14 +50,8 @@ std::vector<std::uint8_t> encode_member(const MemberInfo& m) {
 }
 
 transport::Result<MemberInfo> decode_member(std::span<const std::uint8_t> value) {
-  transport::UnpackLimits ul;
-  ul.array = 8;
-  ul.map = 0;
-  ul.str = 200;
-  ul.bin = 32;
-  ul.ext = 0;
-  ul.depth = 2;
-  auto oh = transport::unpack_bounded(value, ul);
+  auto oh = transport::unpack_bounded(
+      value, {.array = 8, .map = 0, .str = 200, .bin = 32, .ext = 0, .depth = 2});
   if (!oh) return oh.error();
   const msgpack::object& o = oh->get();
   using T = msgpack::type::object_type;

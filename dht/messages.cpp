@@ -253,14 +253,13 @@ std::vector<std::uint8_t> encode(const Message& m) {
 
 transport::Result<Message> decode(std::span<const std::uint8_t> bytes, const WireLimits& lim) {
   if (bytes.size() > lim.max_message) return errc::malformed;
-  transport::UnpackLimits ul;
-  ul.array = std::max({lim.max_contacts, lim.max_records, std::size_t{8}});
-  ul.map = 0;
-  ul.str = std::max(lim.max_address, lim.record.max_subkey);
-  ul.bin = std::max(lim.record.max_value, std::size_t{256});
-  ul.ext = 0;
-  ul.depth = 4;
-  auto oh = transport::unpack_bounded(bytes, ul);
+  auto oh = transport::unpack_bounded(
+      bytes, {.array = std::max({lim.max_contacts, lim.max_records, std::size_t{8}}),
+              .map = 0,
+              .str = std::max(lim.max_address, lim.record.max_subkey),
+              .bin = std::max(lim.record.max_value, std::size_t{256}),
+              .ext = 0,
+              .depth = 4});
   if (!oh) return oh.error();
   const Obj& root = oh->get();
   std::size_t n = 0;

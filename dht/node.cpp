@@ -67,17 +67,15 @@ DhtNode::~DhtNode() = default;
 // ---------------------------------------------------------------------------------------------
 // Driver interface
 
-namespace {
-// Counts nesting of public entry points; the outermost one runs deferred callbacks.
-struct Entry {
-  int& depth;
-  std::function<void()> flush;
-  Entry(int& d, std::function<void()> f) : depth(d), flush(std::move(f)) { ++depth; }
-  ~Entry() {
-    if (--depth == 0) flush();
-  }
-};
-}  // namespace
+// Every public entry point holds one: it advances now_ and counts the nesting, and the
+// outermost one runs the deferred callbacks when it returns.
+DhtNode::Entry::Entry(DhtNode& n, Time now) : node(n) {
+  n.now_ = std::max(n.now_, now);
+  ++n.depth_;
+}
+DhtNode::Entry::~Entry() {
+  if (--node.depth_ == 0) node.flush();
+}
 
 void DhtNode::flush() {
   while (!deferred_.empty()) {
@@ -99,6 +97,13 @@ Time DhtNode::next_deadline() const {
   Time t = next_maintenance_;
   if (!rpc_deadlines_.empty()) t = std::min(t, rpc_deadlines_.begin()->first);
   return t;
+}
+
+// At most one warning a second: a peer sending garbage must not flood the log.
+bool DhtNode::may_warn(Time now) {
+  if (now - last_warn_ < Time(1000)) return false;
+  last_warn_ = now;
+  return true;
 }
 
 bool DhtNode::admit(const NodeId& from, Time now) {
@@ -123,15 +128,13 @@ bool DhtNode::admit(const NodeId& from, Time now) {
 }
 
 void DhtNode::on_message(const Peer& from, std::span<const std::uint8_t> bytes, Time now) {
-  Entry guard(depth_, [this] { flush(); });
-  now_ = std::max(now_, now);
+  Entry guard(*this, now);
   ++stats_.messages_in;
   if (from.id == id()) return;
   auto m = decode(bytes, opts_.wire);
   if (!m) {
     ++stats_.malformed;
-    if (now - last_warn_ >= Time(1000)) {
-      last_warn_ = now;
+    if (may_warn(now)) {
       spdlog::warn("dht: dropped a malformed message ({} bytes) from {} at {} ({} so far)",
                    bytes.size(), short_hex(from.id), from.observed_address, stats_.malformed);
     }
@@ -155,14 +158,12 @@ void DhtNode::on_message(const Peer& from, std::span<const std::uint8_t> bytes, 
 }
 
 void DhtNode::on_send_failed(std::uint64_t txid, Time now) {
-  Entry guard(depth_, [this] { flush(); });
-  now_ = std::max(now_, now);
+  Entry guard(*this, now);
   if (rpcs_.count(txid)) rpc_failed(txid, false);
 }
 
 void DhtNode::on_timer(Time now) {
-  Entry guard(depth_, [this] { flush(); });
-  now_ = std::max(now_, now);
+  Entry guard(*this, now);
   while (!rpc_deadlines_.empty() && rpc_deadlines_.begin()->first <= now) {
     const std::uint64_t txid = rpc_deadlines_.begin()->second;
     rpc_deadlines_.erase(rpc_deadlines_.begin());
@@ -223,8 +224,7 @@ void DhtNode::handle_request(const Peer& from, const Message& m, Time now) {
         const RecordStatus st = check_record(rec, now, opts_.wire.record);
         if (st != RecordStatus::ok) {
           ++stats_.bad_records;
-          if (now - last_warn_ >= Time(1000)) {
-            last_warn_ = now;
+          if (may_warn(now)) {
             spdlog::warn("dht: refused a record from {} ({}): {}", short_hex(from.id),
                          from.observed_address, to_string(st));
           }
@@ -306,8 +306,7 @@ void DhtNode::handle_reply(const Peer& from, Message m, Time) {
 }
 
 void DhtNode::ping(const Endpoint& e, Time now, PingCallback done) {
-  Entry guard(depth_, [this] { flush(); });
-  now_ = std::max(now_, now);
+  Entry guard(*this, now);
   Message m;
   m.type = MsgType::ping;
   auto shared = std::make_shared<PingCallback>(std::move(done));
@@ -478,11 +477,11 @@ void DhtNode::finish_lookup(std::uint64_t lid) {
   defer([shared] { shared->done(*shared); });
 }
 
-static LookupResult result_of(const auto& l, std::size_t k) {
+LookupResult DhtNode::result_of(const Lookup& l, std::size_t k) {
   LookupResult r;
   r.queried = l.queried;
   for (const auto& [d, c] : l.cands) {
-    if (c.st != std::remove_cvref_t<decltype(c.st)>::done) continue;
+    if (c.st != Lookup::St::done) continue;
     if (r.closest.empty()) r.hops = c.hop;
     r.closest.push_back(c.c);
     if (r.closest.size() >= k) break;
@@ -491,8 +490,7 @@ static LookupResult result_of(const auto& l, std::size_t k) {
 }
 
 void DhtNode::find_node(const Key& target, Time now, NodesCallback done) {
-  Entry guard(depth_, [this] { flush(); });
-  now_ = std::max(now_, now);
+  Entry guard(*this, now);
   const std::size_t k = opts_.k;
   start_lookup(target, false, now, 0, [done = std::move(done), k](Lookup& l) {
     if (done) done(result_of(l, k));
@@ -500,8 +498,7 @@ void DhtNode::find_node(const Key& target, Time now, NodesCallback done) {
 }
 
 void DhtNode::get(const Key& key, Time now, GetCallback done, GetOptions opts) {
-  Entry guard(depth_, [this] { flush(); });
-  now_ = std::max(now_, now);
+  Entry guard(*this, now);
   const std::size_t k = opts_.k;
   start_lookup(key, true, now, opts.quorum, [done = std::move(done), k](Lookup& l) {
     GetResult g;
@@ -516,8 +513,7 @@ void DhtNode::get(const Key& key, Time now, GetCallback done, GetOptions opts) {
 // Storing
 
 void DhtNode::put(std::vector<Record> records, Time now, PutCallback done) {
-  Entry guard(depth_, [this] { flush(); });
-  now_ = std::max(now_, now);
+  Entry guard(*this, now);
   if (records.empty()) {
     if (done) defer([done] { done(PutResult{}); });
     return;
@@ -526,10 +522,15 @@ void DhtNode::put(std::vector<Record> records, Time now, PutCallback done) {
   std::erase_if(records, [&](const Record& r) { return r.key != key; });
   for (const Record& r : records)
     if (r.owner == identity_->public_key()) own_[{r.key, {r.owner, r.subkey}}] = r;
+  replicate(std::move(records), now, std::move(done));
+}
+
+// Finds the k closest nodes to the records' key and stores the records on them.
+void DhtNode::replicate(std::vector<Record> records, Time now, PutCallback done) {
+  const Key key = records.front().key;
   start_lookup(key, false, now, 0,
                [this, records = std::move(records), done = std::move(done)](Lookup& l) {
-                 LookupResult lr = result_of(l, opts_.k);
-                 store_on(std::move(lr.closest), records, now_, done);
+                 store_on(result_of(l, opts_.k).closest, records, now_, done);
                });
 }
 
@@ -602,8 +603,7 @@ void DhtNode::store_on(std::vector<Contact> targets, std::vector<Record> records
 
 void DhtNode::bootstrap(std::vector<std::string> addresses, Time now,
                         std::function<void(std::size_t)> done) {
-  Entry guard(depth_, [this] { flush(); });
-  now_ = std::max(now_, now);
+  Entry guard(*this, now);
   bootstrap_ = addresses;
   last_rebootstrap_ = now;
   std::erase(addresses, address_);
@@ -645,10 +645,7 @@ void DhtNode::maintenance(Time now) {
   // Republish what we store for others (Kademlia: keys nobody republished to us lately) ...
   for (const Key& key : storage_.take_keys_to_republish(now - opts_.republish_interval, now)) {
     auto recs = storage_.all(key, now);
-    if (!recs.empty())
-      start_lookup(key, false, now, 0, [this, recs = recs](Lookup& l) {
-        store_on(result_of(l, opts_.k).closest, recs, now_, nullptr);
-      });
+    if (!recs.empty()) replicate(std::move(recs), now, nullptr);
   }
   // ... and our own records, so the nodes now closest to their keys hold them.
   if (now - own_republished_ >= opts_.republish_interval) {
@@ -662,10 +659,7 @@ void DhtNode::maintenance(Time now) {
         ++it;
       }
     }
-    for (auto& [key, recs] : by_key)
-      start_lookup(key, false, now, 0, [this, recs = recs](Lookup& l) {
-        store_on(result_of(l, opts_.k).closest, recs, now_, nullptr);
-      });
+    for (auto& [key, recs] : by_key) replicate(std::move(recs), now, nullptr);
   }
   // Lookups past their deadline end with what they have.
   std::vector<std::uint64_t> late;

@@ -161,10 +161,17 @@ class DhtNode {
     Time last{0};
   };
 
+  struct Entry {
+    DhtNode& node;
+    Entry(DhtNode& n, Time now);
+    ~Entry();
+  };
+
   void handle_request(const Peer& from, const Message& m, Time now);
   void handle_reply(const Peer& from, Message m, Time now);
   void reply(const Peer& from, const Message& req, Message m);
   bool admit(const NodeId& from, Time now);
+  bool may_warn(Time now);
 
   std::uint64_t send_rpc(const Endpoint& to, Message m, Time now,
                          std::function<void(const Peer&, Message&)> on_reply,
@@ -177,6 +184,8 @@ class DhtNode {
   void lookup_query(Lookup& l, const Key& dist, Time now, std::optional<Cursor> cursor);
   void lookup_settle(std::uint64_t id, const Key& dist, bool failed);
   void finish_lookup(std::uint64_t id);
+  static LookupResult result_of(const Lookup& l, std::size_t k);
+  void replicate(std::vector<Record> records, Time now, PutCallback done);
   void store_on(std::vector<Contact> targets, std::vector<Record> records, Time now,
                 PutCallback done);
   void maintenance(Time now);
@@ -206,7 +215,7 @@ class DhtNode {
   Time last_warn_{0};
   Time now_{0};  ///< latest time any entry point was given
   std::vector<std::function<void()>> deferred_;
-  int depth_ = 0;  ///< nesting of public entry points (flush at the outermost)
+  int depth_ = 0;  ///< nesting of public entry points (Entry; flush at the outermost)
 };
 
 }  // namespace grove::dht

@@ -49,8 +49,6 @@ class DhtRuntime : public std::enable_shared_from_this<DhtRuntime> {
   static Time wall_now();
   boost::asio::any_io_executor executor() const { return host_->executor(); }
   const std::string& address() const { return address_; }
-  /// Snapshot of the node's counters (strand only; tests use post()).
-  DhtNode& node_unsafe() { return *node_; }
 
  private:
   DhtRuntime(std::shared_ptr<transport::Host> host, DhtOptions opts, std::uint64_t seed);

@@ -271,34 +271,34 @@ __attribute__((target("avx2"))) bool bf16_decode_simd(const std::uint8_t* in, st
   return ok_tail && _mm256_testz_si256(bad, bad);
 }
 
+#else
+// No SIMD kernels off x86: run_kernel falls back to the portable ones.
+constexpr bool (*fp16_encode_simd)(const float*, std::size_t, std::uint8_t*) = nullptr;
+constexpr bool (*fp16_decode_simd)(const std::uint8_t*, std::size_t, float*) = nullptr;
+constexpr bool (*bf16_encode_simd)(const float*, std::size_t, std::uint8_t*) = nullptr;
+constexpr bool (*bf16_decode_simd)(const std::uint8_t*, std::size_t, float*) = nullptr;
 #endif  // GROVE_CODECS_X86
+
+// Runs the SIMD kernel when it exists and `impl` allows it, else the portable one. Kernels
+// return false when a value is not finite.
+template <class In, class Out>
+CodecError run_kernel(Impl impl, bool (*simd)(In, std::size_t, Out),
+                      bool (*portable)(In, std::size_t, Out), In in, std::size_t n, Out out) {
+  const bool ok = simd && use_simd(impl) ? simd(in, n, out) : portable(in, n, out);
+  return ok ? CodecError::ok : CodecError::not_finite;
+}
 
 }  // namespace
 
 CodecError fp16_encode(std::span<const float> in, std::span<std::uint8_t> out, Impl impl) {
   if (out.size() != fp16_encoded_size(in.size())) return CodecError::size_mismatch;
-#if GROVE_CODECS_X86
-  if (use_simd(impl)) {
-    return fp16_encode_simd(in.data(), in.size(), out.data()) ? CodecError::ok
-                                                              : CodecError::not_finite;
-  }
-#endif
-  (void)impl;
-  return fp16_encode_portable(in.data(), in.size(), out.data()) ? CodecError::ok
-                                                                : CodecError::not_finite;
+  return run_kernel(impl, fp16_encode_simd, fp16_encode_portable, in.data(), in.size(), out.data());
 }
 
 CodecError fp16_decode(std::span<const std::uint8_t> in, std::span<float> out, Impl impl) {
   if (in.size() != fp16_encoded_size(out.size())) return CodecError::size_mismatch;
-#if GROVE_CODECS_X86
-  if (use_simd(impl)) {
-    return fp16_decode_simd(in.data(), out.size(), out.data()) ? CodecError::ok
-                                                               : CodecError::not_finite;
-  }
-#endif
-  (void)impl;
-  return fp16_decode_portable(in.data(), out.size(), out.data()) ? CodecError::ok
-                                                                 : CodecError::not_finite;
+  return run_kernel(impl, fp16_decode_simd, fp16_decode_portable, in.data(), out.size(),
+                    out.data());
 }
 
 std::uint16_t float_to_bf16(float x) {
@@ -316,28 +316,13 @@ float bf16_to_float(std::uint16_t h) {
 
 CodecError bf16_encode(std::span<const float> in, std::span<std::uint8_t> out, Impl impl) {
   if (out.size() != bf16_encoded_size(in.size())) return CodecError::size_mismatch;
-#if GROVE_CODECS_X86
-  if (use_simd(impl)) {
-    return bf16_encode_simd(in.data(), in.size(), out.data()) ? CodecError::ok
-                                                              : CodecError::not_finite;
-  }
-#endif
-  (void)impl;
-  return bf16_encode_portable(in.data(), in.size(), out.data()) ? CodecError::ok
-                                                                : CodecError::not_finite;
+  return run_kernel(impl, bf16_encode_simd, bf16_encode_portable, in.data(), in.size(), out.data());
 }
 
 CodecError bf16_decode(std::span<const std::uint8_t> in, std::span<float> out, Impl impl) {
   if (in.size() != bf16_encoded_size(out.size())) return CodecError::size_mismatch;
-#if GROVE_CODECS_X86
-  if (use_simd(impl)) {
-    return bf16_decode_simd(in.data(), out.size(), out.data()) ? CodecError::ok
-                                                               : CodecError::not_finite;
-  }
-#endif
-  (void)impl;
-  return bf16_decode_portable(in.data(), out.size(), out.data()) ? CodecError::ok
-                                                                 : CodecError::not_finite;
+  return run_kernel(impl, bf16_decode_simd, bf16_decode_portable, in.data(), out.size(),
+                    out.data());
 }
 
 // --- E3M0 ------------------------------------------------------------------------------------

@@ -69,9 +69,9 @@ struct OuterState {
   friend bool operator==(const OuterState&, const OuterState&) = default;
 };
 
-/// Binary form: "GRVOUT01", u64 round, three (u64 count, float32 LE values) arrays, and a
-/// BLAKE2b-free checksum (FNV-1a 64 of everything before it). Parsing is bounded by
-/// `max_values` per array and rejects non-finite values, bad sizes and bad checksums.
+/// Binary form: "GRVOUT01", u64 round, three (u64 count, float32 LE values) arrays, and an
+/// FNV-1a 64 checksum of everything before it (optim links no crypto library). Parsing is bounded
+/// by `max_values` per array and rejects non-finite values, bad sizes and bad checksums.
 std::vector<std::uint8_t> serialize(const OuterState& s);
 std::optional<OuterState> deserialize(std::span<const std::uint8_t> bytes,
                                       std::size_t max_values = std::size_t{1} << 31);

@@ -99,7 +99,8 @@ void DhtNetwork::pump(std::size_t i) {
 
 bool DhtNetwork::step() {
   if (events_.empty()) return false;
-  Event e = events_.top();
+  // top() is const; moving out of it is safe because pop() follows at once.
+  Event e = std::move(const_cast<Event&>(events_.top()));
   events_.pop();
   now_ = std::max(now_, e.at);
   if (!alive(e.to)) return true;

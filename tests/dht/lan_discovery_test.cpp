@@ -653,8 +653,10 @@ TEST_F(LanDiscoveryTest, DhtRuntimesWithoutPeersFindEachOther) {
             << " ms\n";
   for (auto& rt : rts) rt->stop();
   for (auto& h : hosts) h->shutdown();
-  run_until(
-      io_, [] { return false; }, 300ms);  // let goodbyes go out
+  // Wait for the goodbyes to close every session (this thread runs the io_context).
+  EXPECT_TRUE(run_until(
+      io_, [&] { return hosts[0]->stats().sessions == 0 && hosts[1]->stats().sessions == 0; },
+      10s));
   transport::quiesce_worker_pool();
   io_.poll();
 }

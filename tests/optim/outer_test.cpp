@@ -140,8 +140,9 @@ TEST(Outer, OneTensorFormEqualsTwoTensorFormWhenBetaEqualsGamma) {
 }
 
 TEST(Outer, OverlapMixKeepsTheRightReference) {
-  // After mixing, the next pseudo-gradient is taken against the new slow weights: if the inner
-  // steps then move θ by δ, Δ = φ' − θ = (1−α)(φ' − θ_local_old)... non-zero, not zero.
+  // After mixing, φ is the new slow weights φ' and θ is halfway between θ_local and φ', so the
+  // next pseudo-gradient φ' − θ = α·(φ' − θ_local) is non-zero (taking it against the mixed
+  // weights instead would give zero).
   std::vector<float> theta{2.0f, 4.0f}, phi{1.0f, 1.0f}, phi_new{1.5f, 2.0f};
   overlap_mix(theta, phi, phi_new, 0.5f);
   EXPECT_EQ(theta, (std::vector<float>{1.75f, 3.0f}));
