@@ -1,9 +1,11 @@
-// Outer-step throughput on flat float32 buffers, as a ratio to single-threaded memcpy bandwidth
-// measured in the same run (target: outer steps >= 0.5x memcpy). Two ratios per row:
+// Outer-step and codec throughput on flat float32 buffers, as a ratio to single-threaded memcpy
+// bandwidth measured in the same run (targets: outer steps >= 0.5x, codecs >= 0.25x). Outer steps:
 //   params  parameter bytes processed per second (n * 4 / time) over bytes copied per second;
 //   traffic bytes the step reads and writes per second (streams * n * 4 / time) over memcpy's
 //           (2 * n * 4 / time): how close the step runs to the memory bandwidth memcpy gets.
-// A step over k buffers cannot beat 2/k on the first ratio once both are memory-bound.
+// A step over k buffers cannot beat 2/k on the first ratio once both are memory-bound, and one
+// core does not reach the memory bandwidth here, so each step runs on 1 thread and on every
+// hardware thread (what the node does); memcpy stays single-threaded, the baseline.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -12,8 +14,10 @@
 #include <functional>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "optim/codecs.hpp"
 #include "optim/outer.hpp"
 
 using namespace grove::optim;
@@ -38,14 +42,17 @@ double time_median(int reps, const std::function<void()>& fn) {
 int main(int argc, char** argv) {
   std::size_t n = std::size_t{16} << 20;  // 16M floats = 64 MiB per buffer (beyond any cache)
   int reps = 9;
+  unsigned threads = 0;  // the threaded rows: 0 = every hardware thread
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--values" && i + 1 < argc)
       n = std::strtoull(argv[++i], nullptr, 10);
     else if (a == "--reps" && i + 1 < argc)
       reps = std::atoi(argv[++i]);
+    else if (a == "--threads" && i + 1 < argc)
+      threads = static_cast<unsigned>(std::atoi(argv[++i]));
     else {
-      std::fprintf(stderr, "usage: %s [--values N] [--reps R]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--values N] [--reps R] [--threads T]\n", argv[0]);
       return 2;
     }
   }
@@ -62,38 +69,85 @@ int main(int argc, char** argv) {
 
   const double t_memcpy = time_median(reps, [&] { std::memcpy(e.data(), a.data(), n * 4); });
   const double memcpy_gbs = gb / t_memcpy;
-  std::printf(
-      "optim outer steps, %zu float32 values (%.0f MiB per buffer), median of %d, 1 thread\n", n,
-      n * 4 / 1048576.0, reps);
-  std::printf("  %-38s %8.2f GB/s   (baseline)\n", "memcpy", memcpy_gbs);
+  std::printf("optim, %zu float32 values (%.0f MiB per buffer), median of %d\n", n,
+              n * 4 / 1048576.0, reps);
+  std::printf("  %-40s %8.2f GB/s   (baseline, 1 thread)\n", "memcpy", memcpy_gbs);
   struct Row {
     const char* name;
     int streams;  // buffers read + buffers written
-    std::function<void()> fn;
+    std::function<void(unsigned)> fn;
   };
   std::vector<float> phi = a, m(n, 0.0f);
   const std::vector<Row> rows = {
-      {"DiLoCo Nesterov step", 5, [&] { diloco_step(phi, m, b, DiLoCoConfig{}); }},
-      {"NoLoCo step (two tensors)", 6, [&] { noloco_step(phi, m, b, c, NoLoCoConfig{}); }},
+      {"DiLoCo Nesterov step", 5, [&](unsigned t) { diloco_step(phi, m, b, {}, t); }},
+      {"NoLoCo step (two tensors)", 6, [&](unsigned t) { noloco_step(phi, m, b, c, {}, t); }},
       {"NoLoCo step (one tensor, beta = gamma)", 5,
-       [&] { noloco_step_theta(phi, m, b, NoLoCoConfig{}); }},
-      {"SparseLoCo error feedback e = b*e + d", 3, [&] { error_feedback_accumulate(e, b, 0.95f); }},
-      {"apply mean update phi -= lr*u", 3, [&] { apply_mean_update(phi, b, 1.0f); }},
-      {"overlap mix", 5, [&] { overlap_mix(e, phi, b, 0.5f); }},
-      {"pseudo-gradient d = phi - theta", 3, [&] { pseudo_gradient(a, b, c); }},
+       [&](unsigned t) { noloco_step_theta(phi, m, b, {}, t); }},
+      {"SparseLoCo error feedback e = b*e + d", 3,
+       [&](unsigned t) { error_feedback_accumulate(e, b, 0.95f, t); }},
+      {"apply mean update phi -= lr*u", 3, [&](unsigned t) { apply_mean_update(phi, b, 1.0f, t); }},
+      {"overlap mix", 5, [&](unsigned t) { overlap_mix(e, phi, b, 0.5f, t); }},
+      {"pseudo-gradient d = phi - theta", 3, [&](unsigned t) { pseudo_gradient(a, b, c, t); }},
   };
-  std::printf("  %-38s %8s %8s %8s\n", "", "GB/s", "params", "traffic");
-  double worst = 1e9, worst_traffic = 1e9;
+  const unsigned all = threads ? threads : std::clamp(std::thread::hardware_concurrency(), 1u, 8u);
+  std::printf("  outer steps %28s %8s %8s %8s   %s\n", "", "GB/s", "params", "traffic",
+              "(params ratio at 1 thread)");
+  double worst = 1e9, worst1 = 1e9;
   for (const auto& r : rows) {
-    const double gbs = gb / time_median(reps, r.fn);
+    const double r1 = gb / time_median(reps, [&] { r.fn(1); }) / memcpy_gbs;
+    const double gbs = gb / time_median(reps, [&] { r.fn(all); });
     const double ratio = gbs / memcpy_gbs, traffic = ratio * r.streams / 2.0;
     worst = std::min(worst, ratio);
-    worst_traffic = std::min(worst_traffic, traffic);
-    std::printf("  %-38s %8.2f %7.2fx %7.2fx  (%d buffers)\n", r.name, gbs, ratio, traffic,
-                r.streams);
+    worst1 = std::min(worst1, r1);
+    std::printf("  %-40s %8.2f %7.2fx %7.2fx   (%.2fx)  %d buffers\n", r.name, gbs, ratio, traffic,
+                r1, r.streams);
   }
-  std::printf(
-      "  worst: %.2fx memcpy in parameter bytes (target >= 0.5x), %.2fx in memory traffic\n", worst,
-      worst_traffic);
+  std::printf("  outer steps worst: %.2fx memcpy on %u threads (target >= 0.5x), %.2fx on 1\n",
+              worst, all, worst1);
+
+  // Codecs, one thread: GB/s of float32 input (encode) or output (decode).
+  const TopKCodec topk{4096, 64, false}, topk2{4096, 64, true};
+  std::vector<std::uint8_t> wire(std::max(
+      {fp16_encoded_size(n), e3m0_encoded_size(n), topk.encoded_size(n), topk2.encoded_size(n)}));
+  auto must = [](CodecError err) {
+    if (err != CodecError::ok) {
+      std::fprintf(stderr, "optim_bench: codec failed: %s\n", to_string(err));
+      std::exit(1);
+    }
+  };
+  auto w = [&](std::size_t size) { return std::span(wire).first(size); };
+  std::vector<float> err_buf = b;
+  struct Codec {
+    const char* name;
+    std::size_t wire_bytes;
+    std::function<void()> enc, dec;
+  };
+  const std::vector<Codec> codecs = {
+      {"fp16", fp16_encoded_size(n), [&] { must(fp16_encode(a, w(fp16_encoded_size(n)))); },
+       [&] { must(fp16_decode(w(fp16_encoded_size(n)), c)); }},
+      {"bf16", bf16_encoded_size(n), [&] { must(bf16_encode(a, w(bf16_encoded_size(n)))); },
+       [&] { must(bf16_decode(w(bf16_encoded_size(n)), c)); }},
+      {"E3M0 4-bit (block 256)", e3m0_encoded_size(n),
+       [&] { must(e3m0_encode(a, w(e3m0_encoded_size(n)))); },
+       [&] { must(e3m0_decode(w(e3m0_encoded_size(n)), c)); }},
+      {"top-k 64/4096 fp32 values", topk.encoded_size(n),
+       [&] { must(topk.encode(err_buf, w(topk.encoded_size(n)))); },
+       [&] { must(topk.decode(w(topk.encoded_size(n)), c)); }},
+      {"top-k 64/4096 2-bit values", topk2.encoded_size(n),
+       [&] { must(topk2.encode(err_buf, w(topk2.encoded_size(n)))); },
+       [&] { must(topk2.decode(w(topk2.encoded_size(n)), c)); }},
+  };
+  std::printf("  codecs (1 thread) %22s %8s %8s %8s %8s  %s\n", "", "enc GB/s", "ratio", "dec GB/s",
+              "ratio", "wire bytes/value");
+  double worst_codec = 1e9;
+  for (const auto& k : codecs) {
+    err_buf = b;
+    const double enc = gb / time_median(reps, k.enc);
+    const double dec = gb / time_median(reps, k.dec);
+    worst_codec = std::min({worst_codec, enc / memcpy_gbs, dec / memcpy_gbs});
+    std::printf("  %-40s %8.2f %7.2fx %8.2f %7.2fx  %.3f\n", k.name, enc, enc / memcpy_gbs, dec,
+                dec / memcpy_gbs, static_cast<double>(k.wire_bytes) / static_cast<double>(n));
+  }
+  std::printf("  codecs worst: %.2fx memcpy (target >= 0.25x)\n", worst_codec);
   return 0;
 }

@@ -1,6 +1,10 @@
 // Outer optimizer steps of DiLoCo, NoLoCo and SparseLoCo on flat float32 buffers, with their
 // state explicit and serialisable (checkpoints, state sync to joiners). Pure math: no
-// networking, no libtorch, no allocation in the steps. Rules: ../shared/ALGORITHMS.md.
+// networking, no libtorch. Rules: ../shared/ALGORITHMS.md.
+//   Every step takes `threads`: 1 runs on the caller's thread (no allocation); n > 1 splits the
+//   buffers into n slices on n threads (0 = one per hardware thread, at most 8) once there are at
+//   least 2^18 values per slice. One thread does not reach the memory bandwidth here
+//   (bench/optim_bench), so the node passes 0. Results do not depend on the split.
 //   φ slow weights, θ fast weights after H inner steps, Δ = φ − θ pseudo-gradient.
 #pragma once
 
@@ -20,7 +24,7 @@ struct DiLoCoConfig {
   float momentum = 0.9f;
 };
 void diloco_step(std::span<float> phi, std::span<float> buf, std::span<const float> delta_mean,
-                 const DiLoCoConfig& cfg);
+                 const DiLoCoConfig& cfg, unsigned threads = 1);
 
 /// NoLoCo: modified Nesterov with a consensus term, over a group G (i included):
 ///   m = α·m − β·mean_G(Δ) − γ·(φ − mean_G(φ));  φ = φ + m.
@@ -31,11 +35,11 @@ struct NoLoCoConfig {
   bool one_tensor() const { return beta == gamma; }
 };
 void noloco_step(std::span<float> phi, std::span<float> m, std::span<const float> delta_mean,
-                 std::span<const float> phi_mean, const NoLoCoConfig& cfg);
+                 std::span<const float> phi_mean, const NoLoCoConfig& cfg, unsigned threads = 1);
 /// The β = γ form, where only θ travels: m = α·m + β·(mean_G(θ) − φ); φ = φ + m.
 /// A group of one (no partner) passes its own θ: m = α·m − β·Δ.
 void noloco_step_theta(std::span<float> phi, std::span<float> m, std::span<const float> theta_mean,
-                       const NoLoCoConfig& cfg);
+                       const NoLoCoConfig& cfg, unsigned threads = 1);
 
 /// SparseLoCo, the parts around the top-k codec (optim/codecs): the error buffer takes the new
 /// pseudo-gradient, e = β_e·e + Δ; the codec sends a top-k of e and subtracts what it sent;
@@ -46,19 +50,21 @@ struct SparseLoCoConfig {
   std::size_t chunk = 4096;
   std::size_t topk = 64;
 };
-void error_feedback_accumulate(std::span<float> e, std::span<const float> delta, float decay);
-void apply_mean_update(std::span<float> phi, std::span<const float> mean_update, float lr);
+void error_feedback_accumulate(std::span<float> e, std::span<const float> delta, float decay,
+                               unsigned threads = 1);
+void apply_mean_update(std::span<float> phi, std::span<const float> mean_update, float lr,
+                       unsigned threads = 1);
 
 /// Δ = φ − θ.
 void pseudo_gradient(std::span<const float> phi, std::span<const float> theta,
-                     std::span<float> delta);
+                     std::span<float> delta, unsigned threads = 1);
 
 /// Overlap (Streaming DiLoCo): the round's exchange ran while inner steps went on; when the new
 /// slow weights φ' arrive, θ = α·θ_local + (1−α)·φ' and φ := φ'. The next pseudo-gradient is
 /// then φ' − θ_next: it is taken against the new slow weights, not against the mixed θ (taking
 /// it against the mixed weights makes every later pseudo-gradient shrink towards zero).
 void overlap_mix(std::span<float> theta_local, std::span<float> phi, std::span<const float> phi_new,
-                 float alpha = 0.5f);
+                 float alpha = 0.5f, unsigned threads = 1);
 
 /// Everything the outer loop carries from round to round.
 struct OuterState {

@@ -2,6 +2,8 @@
 // random tensors, every round compared to 1e-6 relative.
 #include "optim/outer.hpp"
 
+#include "optim/codecs.hpp"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -70,7 +72,7 @@ double max_rel(const float* a, const float* b, std::size_t n) {
 void check(const Case& c) {
   std::mt19937 rng(1234 + c.mode);
   const auto phi0 = randn(rng, kN, 1.0f);
-  const int per = (c.mode == 1 || c.mode == 3) ? 2 : 1;
+  const int per = c.mode == 4 ? static_cast<int>(c.p2) : (c.mode == 1 || c.mode == 3) ? 2 : 1;
   std::vector<std::vector<float>> arrays;
   for (int r = 0; r < kRounds; ++r)
     for (int k = 0; k < per; ++k)
@@ -82,6 +84,8 @@ void check(const Case& c) {
                                              : randn(rng, kN, 0.02f));
   const auto ref = reference(c, phi0, arrays);
   std::vector<float> phi = phi0, state(kN, 0.0f);
+  std::vector<std::vector<float>> errors(static_cast<std::size_t>(per), std::vector<float>(kN));
+  const TopKCodec topk{4096, 64, false};
   for (int r = 0; r < kRounds; ++r) {
     const auto& a0 = arrays[r * per];
     switch (c.mode) {
@@ -98,6 +102,19 @@ void check(const Case& c) {
         error_feedback_accumulate(state, a0, c.p1);
         apply_mean_update(phi, arrays[r * per + 1], c.p0);
         break;
+      case 4: {  // every replica encodes its top-k; all apply the mean of what was sent
+        std::vector<float> mean(kN, 0.0f);
+        for (int k = 0; k < per; ++k) {
+          auto& e = errors[static_cast<std::size_t>(k)];
+          error_feedback_accumulate(e, arrays[r * per + k], c.p1);
+          std::vector<std::uint8_t> msg(topk.encoded_size(kN));
+          ASSERT_EQ(topk.encode(e, msg), CodecError::ok);
+          ASSERT_EQ(topk.decode_add(msg, mean, 1.0f / static_cast<float>(per)), CodecError::ok);
+        }
+        apply_mean_update(phi, mean, c.p0);
+        state = errors[0];
+        break;
+      }
     }
     const float* rp = ref.data() + static_cast<std::size_t>(r) * 2 * kN;
     EXPECT_LE(max_rel(phi.data(), rp, kN), 1e-6) << "mode " << c.mode << " round " << r << " phi";
@@ -117,6 +134,52 @@ TEST(Outer, NoLoCoOneTensorMatchesFormula) {
 }
 TEST(Outer, SparseLoCoPiecesMatchFormula) {
   check({3, 1.0f, 0.95f, 0});
+}
+
+TEST(Outer, SparseLoCoFullStepWithTopKMatchesFormula) {
+  check({4, 1.0f, 0.95f, 4});  // lr, decay, 4 replicas; chunk 4096, top-64 (Grove's defaults)
+}
+
+TEST(Outer, ThreadedStepsAreBitIdenticalToOneThread) {
+  std::mt19937 rng(77);
+  const std::size_t n = (std::size_t{3} << 18) + 5;  // three slices of >= 2^18, a ragged tail
+  const auto phi0 = randn(rng, n, 1.0f), m0 = randn(rng, n, 0.1f), d = randn(rng, n, 0.02f),
+             q = randn(rng, n, 1.0f);
+  for (int step = 0; step < 7; ++step) {
+    std::vector<float> p1 = phi0, m1 = m0, p3 = phi0, m3 = m0, t1(n), t3(n);
+    auto run = [&](std::vector<float>& p, std::vector<float>& m, std::vector<float>& t,
+                   unsigned th) {
+      switch (step) {
+        case 0:
+          diloco_step(p, m, d, {}, th);
+          break;
+        case 1:
+          noloco_step(p, m, d, q, {}, th);
+          break;
+        case 2:
+          noloco_step_theta(p, m, q, {}, th);
+          break;
+        case 3:
+          error_feedback_accumulate(m, d, 0.95f, th);
+          break;
+        case 4:
+          apply_mean_update(p, d, 0.7f, th);
+          break;
+        case 5:
+          pseudo_gradient(p, q, t, th);
+          break;
+        case 6:
+          overlap_mix(m, p, q, 0.5f, th);
+          break;
+      }
+    };
+    run(p1, m1, t1, 1);
+    run(p3, m3, t3, 3);
+    EXPECT_EQ(p1, p3) << "step " << step;
+    EXPECT_EQ(m1, m3) << "step " << step;
+    EXPECT_EQ(t1, t3) << "step " << step;
+    EXPECT_TRUE(p1 != phi0 || m1 != m0 || t1 != std::vector<float>(n)) << "step " << step;
+  }
 }
 
 TEST(Outer, OneTensorFormEqualsTwoTensorFormWhenBetaEqualsGamma) {
