@@ -77,6 +77,23 @@ Hash256 blake2b_256(std::span<const std::uint8_t> data) {
   return h;
 }
 
+static_assert(sizeof(crypto_generichash_state) <= 384 && alignof(crypto_generichash_state) <= 64);
+
+Blake2b256::Blake2b256() {
+  crypto_generichash_init(reinterpret_cast<crypto_generichash_state*>(state_.data()), nullptr, 0,
+                          32);
+}
+void Blake2b256::update(std::span<const std::uint8_t> data) {
+  crypto_generichash_update(reinterpret_cast<crypto_generichash_state*>(state_.data()), data.data(),
+                            data.size());
+}
+Hash256 Blake2b256::final() {
+  Hash256 h;
+  crypto_generichash_final(reinterpret_cast<crypto_generichash_state*>(state_.data()), h.data(),
+                           h.size());
+  return h;
+}
+
 std::string to_hex(std::span<const std::uint8_t> data) {
   std::string s(data.size() * 2 + 1, '\0');
   sodium_bin2hex(s.data(), s.size(), data.data(), data.size());

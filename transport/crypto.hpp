@@ -39,6 +39,17 @@ struct SwarmKey {
 };
 
 Hash256 blake2b_256(std::span<const std::uint8_t> data);
+
+/// Incremental BLAKE2b-256: update() any number of times, then final() once.
+class Blake2b256 {
+ public:
+  Blake2b256();
+  void update(std::span<const std::uint8_t> data);
+  Hash256 final();
+
+ private:
+  alignas(64) std::array<std::uint8_t, 384> state_;  // crypto_generichash_state (opaque here)
+};
 std::string to_hex(std::span<const std::uint8_t> data);
 
 /// One direction of an AEAD channel with an implicit 64-bit counter nonce. Both ends

@@ -1,0 +1,308 @@
+#include "gossip/allreduce.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+
+#include <spdlog/spdlog.h>
+
+namespace grove::gossip {
+
+const char* to_string(OpStatus s) {
+  switch (s) {
+    case OpStatus::running:
+      return "running";
+    case OpStatus::done:
+      return "done";
+    case OpStatus::failed:
+      return "failed";
+  }
+  return "?";
+}
+
+namespace {
+// The attempt tag: FNV-1a 64 over the sorted suspect ids (0 for the first attempt).
+std::uint64_t tag_of(const std::set<NodeId>& suspects) {
+  if (suspects.empty()) return 0;
+  std::uint64_t h = 1469598103934665603ull;
+  for (const auto& id : suspects)
+    for (std::uint8_t b : id) h = (h ^ b) * 1099511628211ull;
+  return h | 1;  // never 0
+}
+}  // namespace
+
+RingAllReduce::RingAllReduce(OpId op, NodeId self, std::vector<NodeId> ring,
+                             std::vector<float> input, AllReduceOptions opts, Time now)
+    : op_(op),
+      self_(self),
+      original_(std::move(ring)),
+      input_(std::move(input)),
+      opts_(opts),
+      n_(input_.size()),
+      started_(now) {
+  if (std::find(original_.begin(), original_.end(), self_) == original_.end())
+    throw std::invalid_argument("all-reduce ring does not contain this node");
+  auto sorted = original_;
+  std::sort(sorted.begin(), sorted.end());
+  if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end())
+    throw std::invalid_argument("all-reduce ring lists a member twice");
+  if (opts_.chunk_values == 0 || opts_.chunk_values % 256 != 0)
+    throw std::invalid_argument("all-reduce chunk_values must be a positive multiple of 256");
+  if (opts_.codec == WireCodec::e3m0)
+    throw std::invalid_argument("all-reduce sums partial results: E3M0 is not allowed");
+  scratch_.resize(opts_.chunk_values);
+  if (!optim::all_finite(input_)) {
+    fail("local input is not finite");
+    return;
+  }
+  start_attempt(now);
+}
+
+Header RingAllReduce::header(MsgKind k) const {
+  Header h;
+  h.kind = k;
+  h.op = op_;
+  h.tag = tag_;
+  h.codec = opts_.codec;
+  return h;
+}
+
+void RingAllReduce::send(const NodeId& to, Bytes b, Time now) {
+  stats_.bytes_sent += b.size();
+  if (to == succ()) last_sent_succ_ = now;
+  out_.push_back({to, std::move(b)});
+}
+
+void RingAllReduce::start_attempt(Time now) {
+  ring_.clear();
+  for (const auto& id : original_)
+    if (!suspects_.count(id)) ring_.push_back(id);
+  me_ = static_cast<std::size_t>(std::find(ring_.begin(), ring_.end(), self_) - ring_.begin());
+  tag_ = tag_of(suspects_);
+  const std::size_t N = ring_.size();
+  result_.assign(n_, 0.0f);
+  reduced_.assign(N, {});
+  gathered_.assign(N, {});
+  total_chunks_ = 0;
+  for (std::size_t s = 0; s < N; ++s) {
+    reduced_[s].assign(seg_chunks(s), false);
+    gathered_[s].assign(seg_chunks(s), false);
+    total_chunks_ += seg_chunks(s);
+  }
+  final_chunks_ = 0;
+  done_from_.clear();
+  lost_.clear();
+  complete_ = false;
+  last_heard_pred_ = now;
+  last_sent_succ_ = now;
+  if (N == 1) {  // alone: the mean of one
+    result_ = input_;
+    complete(now);
+    return;
+  }
+  // Reduce-scatter, hop 1: this member starts the chain of its own segment.
+  const std::size_t b = seg_begin(me_);
+  for (std::size_t c = 0; c < seg_chunks(me_); ++c) {
+    const std::size_t off = c * opts_.chunk_values;
+    const std::size_t len = std::min(opts_.chunk_values, seg_len(me_) - off);
+    send_chunk(Phase::reduce_scatter, me_, c, std::span(input_).subspan(b + off, len), now);
+  }
+  if (total_chunks_ == 0) complete(now);  // an empty tensor
+}
+
+void RingAllReduce::send_chunk(Phase ph, std::size_t s, std::size_t c,
+                               std::span<const float> values, Time now) {
+  Header h = header(MsgKind::chunk);
+  h.phase = ph;
+  h.index = static_cast<std::uint32_t>(s);
+  h.chunk = static_cast<std::uint32_t>(c);
+  h.count = values.size();
+  std::span<std::uint8_t> payload;
+  Bytes msg = encode_message(h, encoded_size(opts_.codec, values.size()), &payload);
+  if (encode_values(opts_.codec, values, payload) != optim::CodecError::ok) {
+    fail("a partial sum is not finite (overflow)");
+    return;
+  }
+  if (ph == Phase::all_gather && owner(s) == me_) {
+    // The owner keeps exactly what it sends, so every member holds the same bits.
+    const std::size_t off = seg_begin(s) + c * opts_.chunk_values;
+    decode_values(opts_.codec, payload, std::span(result_).subspan(off, values.size()));
+  }
+  send(succ(), std::move(msg), now);
+}
+
+void RingAllReduce::on_message(const NodeId& from, const Message& m, Time now) {
+  if (finished()) return;
+  if (std::find(original_.begin(), original_.end(), from) == original_.end()) return;
+  if (m.h.kind == MsgKind::abort) {
+    if (std::find(m.h.suspects.begin(), m.h.suspects.end(), self_) != m.h.suspects.end()) {
+      fail("excluded from the all-reduce by " + transport::to_hex(from).substr(0, 8));
+      return;
+    }
+    std::set<NodeId> fresh;
+    for (const auto& id : m.h.suspects)
+      if (!suspects_.count(id) &&
+          std::find(original_.begin(), original_.end(), id) != original_.end())
+        fresh.insert(id);
+    if (!fresh.empty()) suspect(fresh, now, "abort from a peer");
+    return;
+  }
+  if (m.h.tag != tag_) return;  // another attempt's message
+  if (std::find(ring_.begin(), ring_.end(), from) == ring_.end()) return;
+  stats_.bytes_received += m.payload.size();
+  if (from == pred()) last_heard_pred_ = now;
+  switch (m.h.kind) {
+    case MsgKind::heartbeat:
+      break;
+    case MsgKind::done:
+      done_from_.insert(from);
+      maybe_done();
+      break;
+    case MsgKind::chunk:
+      on_chunk(from, m, now);
+      break;
+    default:
+      spdlog::warn("all-reduce: unexpected {} from {}", to_string(m.h.kind),
+                   transport::to_hex(from).substr(0, 8));
+      break;
+  }
+}
+
+void RingAllReduce::on_chunk(const NodeId& from, const Message& m, Time now) {
+  const std::size_t N = ring_.size();
+  const std::size_t s = m.h.index, c = m.h.chunk;
+  const auto bad = [&](const char* why) {
+    spdlog::warn("all-reduce: bad chunk from {} ({}); suspecting it",
+                 transport::to_hex(from).substr(0, 8), why);
+    suspect({from}, now, "bad chunk");
+  };
+  if (from != pred()) return bad("not from the ring predecessor");
+  if (s >= N || c >= seg_chunks(s)) return bad("segment or chunk out of range");
+  const std::size_t off = c * opts_.chunk_values;
+  const std::size_t len = std::min(opts_.chunk_values, seg_len(s) - off);
+  if (m.h.count != len || m.h.codec != opts_.codec ||
+      m.payload.size() != encoded_size(opts_.codec, len))
+    return bad("size or codec mismatch");
+  const std::size_t at = seg_begin(s) + off;
+  if (m.h.phase == Phase::reduce_scatter) {
+    if (s == me_ || reduced_[s][c]) return bad("unexpected reduce-scatter chunk");
+    const std::span<float> sum(scratch_.data(), len);
+    if (decode_values(opts_.codec, m.payload, sum) != optim::CodecError::ok)
+      return bad("undecodable or not finite");
+    reduced_[s][c] = true;
+    const float* in = input_.data() + at;
+    for (std::size_t i = 0; i < len; ++i) sum[i] += in[i];
+    if (owner(s) == me_) {
+      const float n = static_cast<float>(N);
+      for (std::size_t i = 0; i < len; ++i) sum[i] /= n;
+      send_chunk(Phase::all_gather, s, c, sum, now);
+      if (finished()) return;
+      if (++final_chunks_ == total_chunks_) complete(now);
+    } else {
+      send_chunk(Phase::reduce_scatter, s, c, sum, now);
+    }
+  } else if (m.h.phase == Phase::all_gather) {
+    if (owner(s) == me_ || gathered_[s][c]) return bad("unexpected all-gather chunk");
+    if (decode_values(opts_.codec, m.payload, std::span(result_).subspan(at, len)) !=
+        optim::CodecError::ok)
+      return bad("undecodable or not finite");
+    gathered_[s][c] = true;
+    if (owner(s) != (me_ + 1) % N) {  // pass the owner's bytes on unchanged
+      std::span<std::uint8_t> payload;
+      Bytes fwd = encode_message(m.h, m.payload.size(), &payload);
+      std::memcpy(payload.data(), m.payload.data(), m.payload.size());
+      send(succ(), std::move(fwd), now);
+    }
+    if (++final_chunks_ == total_chunks_) complete(now);
+  } else {
+    return bad("wrong phase");
+  }
+}
+
+void RingAllReduce::complete(Time now) {
+  complete_ = true;
+  completed_at_ = now;
+  for (const auto& id : ring_)
+    if (id != self_) send(id, encode_message(header(MsgKind::done), 0), now);
+  maybe_done();
+}
+
+void RingAllReduce::maybe_done() {
+  if (!complete_ || finished()) return;
+  for (const auto& id : ring_)
+    if (id != self_ && !done_from_.count(id) && !lost_.count(id)) return;
+  status_ = OpStatus::done;
+}
+
+void RingAllReduce::suspect(const std::set<NodeId>& ids, Time now, const char* why) {
+  bool grew = false;
+  for (const auto& id : ids)
+    if (id != self_ && suspects_.insert(id).second) grew = true;
+  if (!grew) return;
+  std::string names;
+  for (const auto& id : ids)
+    names += (names.empty() ? "" : ",") + transport::to_hex(id).substr(0, 8);
+  spdlog::warn("all-reduce {}: suspecting {} ({}); retrying among {} members at t={}",
+               transport::to_hex(self_).substr(0, 4), names, why,
+               original_.size() - suspects_.size(), now.count());
+  ++stats_.attempts;
+  Header h = header(MsgKind::abort);
+  h.suspects.assign(suspects_.begin(), suspects_.end());
+  for (const auto& id : original_)
+    if (id != self_ && !suspects_.count(id)) out_.push_back({id, encode_message(h, 0)});
+  start_attempt(now);
+}
+
+void RingAllReduce::on_peer_failed(const NodeId& peer, Time now) {
+  if (finished() || peer == self_) return;
+  if (std::find(ring_.begin(), ring_.end(), peer) == ring_.end()) return;
+  if (complete_) {
+    // We have the result. If a member that has not finished needed this peer, it will say so
+    // with an abort; otherwise nothing was lost. Stop waiting for the peer's done.
+    lost_.insert(peer);
+    maybe_done();
+    return;
+  }
+  suspect({peer}, now, "unreachable");
+}
+
+void RingAllReduce::on_timer(Time now) {
+  if (finished()) return;
+  if (now - started_ >= opts_.total_timeout) return fail("timed out");
+  if (ring_.size() < 2) return;
+  if (complete_ && now - completed_at_ >= opts_.linger) {
+    status_ = OpStatus::done;
+    return;
+  }
+  if (!complete_ && now - last_heard_pred_ >= opts_.chunk_timeout) {
+    suspect({pred()}, now, "silent past the chunk timeout");
+    if (finished()) return;
+  }
+  if (now - last_sent_succ_ >= opts_.heartbeat)
+    send(succ(), encode_message(header(MsgKind::heartbeat), 0), now);
+}
+
+std::optional<Time> RingAllReduce::next_deadline() const {
+  if (finished()) return std::nullopt;
+  Time t = started_ + opts_.total_timeout;
+  if (ring_.size() >= 2) {
+    t = std::min(t, last_sent_succ_ + opts_.heartbeat);
+    if (complete_)
+      t = std::min(t, completed_at_ + opts_.linger);
+    else
+      t = std::min(t, last_heard_pred_ + opts_.chunk_timeout);
+  }
+  return t;
+}
+
+std::vector<Outgoing> RingAllReduce::take_outgoing() {
+  return std::exchange(out_, {});
+}
+
+void RingAllReduce::fail(std::string why) {
+  spdlog::warn("all-reduce failed: {}", why);
+  status_ = OpStatus::failed;
+  failure_ = std::move(why);
+}
+
+}  // namespace grove::gossip

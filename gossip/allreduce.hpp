@@ -1,0 +1,130 @@
+// Ring all-reduce of one float32 tensor over a group (DiLoCo's averaged pseudo-gradient),
+// bandwidth-optimal and pipelined, that survives members dying or hanging.
+//
+// The steps (N members in ring order, member i sends to i+1 and receives from i-1):
+//  1. The tensor is cut into N segments and each segment into chunks of `chunk_values`.
+//  2. Reduce-scatter: member s sends its chunks of segment s to s+1; a member that receives a
+//     partial sum adds its own values and passes it on; after N-1 hops the segment's owner,
+//     member s-1, holds the full sum and divides by N. Chunks move independently, so every
+//     link is busy at once.
+//  3. All-gather: the owner encodes the mean once, keeps the decoded bytes as its own result
+//     and sends the same bytes round the ring (N-2 forwards). Every member ends with the very
+//     same bits: the sum is taken in one fixed order and the mean is encoded exactly once.
+//  4. Each member sends `done` to every other member and finishes when it has the done of
+//     every member it has not lost (the usual case: one message delay), or `linger` after
+//     completing. A member that has completed never starts a retry itself (it has all it needs);
+//     it joins one when an abort from a member still waiting arrives.
+// Faults. Every member heartbeats its successor whenever it has sent nothing for `heartbeat`,
+// so a member that hears nothing from its predecessor for `chunk_timeout` knows the
+// predecessor itself is stuck (a member waiting on a stuck member keeps heartbeating, so blame
+// does not spread down the ring). A member that suspects a peer (silence, failed send, lost
+// connection) adds it to its suspect set, sends `abort` with the whole set to every member it
+// does not suspect, and starts a new attempt over the ring without its suspects. Receivers merge
+// the set and do the same, so the survivors converge on the union of all suspicions and redo
+// the all-reduce among themselves. An attempt is named by a hash of its suspect set (the tag);
+// messages of other attempts are dropped, and an abort always reaches a peer before the
+// sender's data of the new attempt (one ordered connection per peer). A member named in an
+// abort it receives has been excluded: it fails (the node then re-syncs its state).
+// The op fails after `total_timeout`.
+#pragma once
+
+#include <set>
+#include <string>
+
+#include "gossip/protocol.hpp"
+
+namespace grove::gossip {
+
+struct AllReduceOptions {
+  WireCodec codec = WireCodec::fp16;
+  std::size_t chunk_values = std::size_t{1} << 18;  ///< multiple of 256 (E3M0 blocks)
+  Time heartbeat{1000};
+  Time chunk_timeout{10000};
+  /// After completing: how long to wait for every member's done (or an abort) before taking the
+  /// result. Keep it above chunk_timeout: a member stuck on a dead peer aborts within that.
+  Time linger{12000};
+  Time total_timeout{300000};
+};
+
+enum class OpStatus { running, done, failed };
+const char* to_string(OpStatus s);
+
+struct AllReduceStats {
+  std::uint64_t bytes_sent = 0, bytes_received = 0;
+  std::uint32_t attempts = 1;
+};
+
+class RingAllReduce final : public Protocol {
+ public:
+  /// `ring` lists the members in ring order (every member must use the same order) and contains
+  /// `self`. `input` is this member's tensor (same size everywhere). Throws std::invalid_argument
+  /// for a ring without self, duplicates or bad options (caller bugs, not peer faults).
+  RingAllReduce(OpId op, NodeId self, std::vector<NodeId> ring, std::vector<float> input,
+                AllReduceOptions opts, Time now);
+
+  const OpId& op() const override { return op_; }
+  void on_message(const NodeId& from, const Message& m, Time now) override;
+  void on_peer_failed(const NodeId& peer, Time now) override;
+  void on_timer(Time now) override;
+  std::optional<Time> next_deadline() const override;
+  std::vector<Outgoing> take_outgoing() override;
+  bool finished() const override { return status_ != OpStatus::running; }
+
+  OpStatus status() const { return status_; }
+  /// The mean over members() (valid when done).
+  const std::vector<float>& result() const { return result_; }
+  /// The ring of the attempt that completed (or is running).
+  const std::vector<NodeId>& members() const { return ring_; }
+  const std::set<NodeId>& suspects() const { return suspects_; }
+  const std::string& failure() const { return failure_; }
+  const AllReduceStats& stats() const { return stats_; }
+
+ private:
+  std::size_t seg_begin(std::size_t s) const { return s * n_ / ring_.size(); }
+  std::size_t seg_len(std::size_t s) const { return seg_begin(s + 1) - seg_begin(s); }
+  std::size_t seg_chunks(std::size_t s) const {
+    return (seg_len(s) + opts_.chunk_values - 1) / opts_.chunk_values;
+  }
+  std::size_t owner(std::size_t s) const { return (s + ring_.size() - 1) % ring_.size(); }
+  const NodeId& succ() const { return ring_[(me_ + 1) % ring_.size()]; }
+  const NodeId& pred() const { return ring_[(me_ + ring_.size() - 1) % ring_.size()]; }
+
+  void start_attempt(Time now);
+  void suspect(const std::set<NodeId>& ids, Time now, const char* why);
+  void send(const NodeId& to, Bytes b, Time now);
+  void send_chunk(Phase ph, std::size_t s, std::size_t c, std::span<const float> values, Time now);
+  void on_chunk(const NodeId& from, const Message& m, Time now);
+  void complete(Time now);
+  void maybe_done();
+  void fail(std::string why);
+  Header header(MsgKind k) const;
+
+  OpId op_;
+  NodeId self_;
+  std::vector<NodeId> original_;
+  std::vector<float> input_;
+  AllReduceOptions opts_;
+  std::size_t n_;
+  Time started_;
+
+  std::set<NodeId> suspects_;
+  std::vector<NodeId> ring_;
+  std::size_t me_ = 0;
+  std::uint64_t tag_ = 0;
+  std::vector<float> result_;
+  std::vector<std::vector<bool>> reduced_, gathered_;  // per segment, per chunk: seen
+  std::size_t final_chunks_ = 0, total_chunks_ = 0;
+  std::vector<float> scratch_;
+  std::set<NodeId> done_from_, lost_;
+  bool complete_ = false;
+  Time completed_at_{0};
+  Time last_heard_pred_{0};
+  Time last_sent_succ_{0};
+
+  OpStatus status_ = OpStatus::running;
+  std::string failure_;
+  AllReduceStats stats_;
+  std::vector<Outgoing> out_;
+};
+
+}  // namespace grove::gossip

@@ -1,0 +1,251 @@
+#include "gossip/exchange.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+
+#include <spdlog/spdlog.h>
+
+namespace grove::gossip {
+
+namespace {
+std::string short_id(const NodeId& id) {
+  return transport::to_hex(id).substr(0, 8);
+}
+double norm(const std::vector<float>& v) {
+  return optim::l2_norm(v.data(), v.size());
+}
+}  // namespace
+
+GroupExchange::GroupExchange(OpId op, NodeId self, std::vector<NodeId> group,
+                             std::vector<std::vector<float>> tensors, ExchangeOptions opts,
+                             Time now)
+    : op_(op), self_(self), own_(std::move(tensors)), opts_(opts), started_(now) {
+  if (std::find(group.begin(), group.end(), self_) == group.end())
+    throw std::invalid_argument("exchange group does not contain this node");
+  if (opts_.chunk_values == 0 || opts_.chunk_values % 256 != 0)
+    throw std::invalid_argument("exchange chunk_values must be a positive multiple of 256");
+  if (own_.empty()) throw std::invalid_argument("exchange needs at least one tensor");
+  for (const auto& id : group) {
+    if (id == self_) continue;
+    if (!peers_.emplace(id, Incoming{}).second)
+      throw std::invalid_argument("exchange group lists a member twice");
+  }
+  mean_ = own_;
+  for (auto& [id, in] : peers_) {
+    in.last_heard = now;
+    in.last_sent = now;
+  }
+  for (const auto& t : own_)
+    if (!optim::all_finite(t)) {
+      spdlog::warn("exchange: local tensor is not finite; local-only round");
+      for (auto& [id, in] : peers_) in.state = Incoming::failed, in.why = "local tensor not finite";
+      finished_ = true;
+      return;
+    }
+  // Encode each chunk once, hash the tensor's encoding, then queue begin + chunks per partner.
+  for (std::size_t t = 0; t < own_.size(); ++t) {
+    const std::size_t n = own_[t].size();
+    const std::size_t chunks = (n + opts_.chunk_values - 1) / opts_.chunk_values;
+    std::vector<Bytes> msgs;
+    transport::Blake2b256 hasher;
+    for (std::size_t c = 0; c < chunks; ++c) {
+      const std::size_t off = c * opts_.chunk_values;
+      const std::size_t len = std::min(opts_.chunk_values, n - off);
+      const Header h = tensor_header(MsgKind::chunk, t, c, len);
+      std::span<std::uint8_t> payload;
+      msgs.push_back(encode_message(h, encoded_size(opts_.codec, len), &payload));
+      encode_values(opts_.codec, std::span(own_[t]).subspan(off, len), payload);
+      hasher.update(payload);
+    }
+    Header b = tensor_header(MsgKind::tensor_begin, t, chunks, n);
+    b.digest = hasher.final();
+    std::size_t left = peers_.size();
+    for (auto& [id, in] : peers_) {
+      const bool last = --left == 0;  // the last partner takes the buffers, the others copy
+      send(id, encode_message(b, 0), now);
+      for (auto& m : msgs) send(id, last ? std::move(m) : Bytes::copy_of(m.span()), now);
+    }
+  }
+  maybe_finish();
+}
+
+Header GroupExchange::tensor_header(MsgKind kind, std::size_t tensor, std::size_t chunk,
+                                    std::size_t count) const {
+  Header h;
+  h.kind = kind;
+  h.op = op_;
+  h.phase = Phase::tensor;
+  h.index = static_cast<std::uint32_t>(tensor);
+  h.chunk = static_cast<std::uint32_t>(chunk);
+  h.count = count;
+  h.codec = opts_.codec;
+  return h;
+}
+
+void GroupExchange::send(const NodeId& to, Bytes b, Time now) {
+  bytes_sent_ += b.size();
+  peers_[to].last_sent = now;
+  out_.push_back({to, std::move(b)});
+}
+
+void GroupExchange::drop(const NodeId& peer, Incoming& in, std::string why) {
+  if (in.state != Incoming::receiving) return;
+  spdlog::warn("exchange: dropping partner {}: {}", short_id(peer), why);
+  in.state = Incoming::failed;
+  in.why = std::move(why);
+  in.staged.clear();
+  in.staged.shrink_to_fit();
+  maybe_finish();
+}
+
+void GroupExchange::on_message(const NodeId& from, const Message& m, Time now) {
+  auto it = peers_.find(from);
+  if (finished_ || it == peers_.end()) return;
+  Incoming& in = it->second;
+  if (in.state != Incoming::receiving) return;
+  in.last_heard = now;
+  bytes_received_ += m.payload.size();
+  switch (m.h.kind) {
+    case MsgKind::heartbeat:
+      return;
+    case MsgKind::tensor_begin: {
+      if (in.begun || m.h.index != in.tensor || m.h.index >= own_.size())
+        return drop(from, in, "tensor_begin out of order");
+      const std::size_t n = own_[in.tensor].size();
+      if (m.h.count != n || m.h.codec != opts_.codec ||
+          m.h.chunk != (n + opts_.chunk_values - 1) / opts_.chunk_values)
+        return drop(from, in, "tensor size, chunking or codec differs from ours");
+      in.begun = true;
+      in.next = 0;
+      in.chunks = m.h.chunk;
+      in.digest = m.h.digest;
+      in.hasher.emplace();
+      if (in.staged.empty()) in.staged.resize(own_.size());
+      in.staged[in.tensor].resize(n);
+      if (in.chunks == 0) check_complete(from, in);
+      return;
+    }
+    case MsgKind::chunk:
+      return on_chunk(from, in, m);
+    default:
+      return drop(from, in, std::string("unexpected ") + to_string(m.h.kind));
+  }
+}
+
+void GroupExchange::on_chunk(const NodeId& from, Incoming& in, const Message& m) {
+  if (!in.begun || m.h.phase != Phase::tensor || m.h.index != in.tensor || m.h.chunk != in.next)
+    return drop(from, in, "chunk out of order");
+  const std::size_t n = own_[in.tensor].size();
+  const std::size_t off = in.next * opts_.chunk_values;
+  const std::size_t len = std::min(opts_.chunk_values, n - off);
+  if (m.h.count != len || m.h.codec != opts_.codec ||
+      m.payload.size() != encoded_size(opts_.codec, len))
+    return drop(from, in, "chunk size or codec mismatch");
+  if (decode_values(opts_.codec, m.payload, std::span(in.staged[in.tensor]).subspan(off, len)) !=
+      optim::CodecError::ok)
+    return drop(from, in, "chunk undecodable or not finite");
+  in.hasher->update(m.payload);
+  if (++in.next == in.chunks) check_complete(from, in);
+}
+
+void GroupExchange::check_complete(const NodeId& from, Incoming& in) {
+  if (in.hasher->final() != in.digest) return drop(from, in, "tensor digest mismatch");
+  const auto& got = in.staged[in.tensor];
+  const double mine = norm(own_[in.tensor]), theirs = norm(got);
+  if (!(theirs <= opts_.max_norm_ratio * mine + 1e-6))
+    return drop(from, in,
+                "tensor norm " + std::to_string(theirs) + " beyond the bound (ours " +
+                    std::to_string(mine) + ")");
+  in.begun = false;
+  in.hasher.reset();
+  if (++in.tensor < own_.size()) return;
+  in.state = Incoming::complete;
+  maybe_finish();
+}
+
+void GroupExchange::maybe_finish() {
+  if (finished_) return;
+  for (const auto& [id, in] : peers_)
+    if (in.state == Incoming::receiving) return;
+  finished_ = true;
+  // Mean over ours and the completed partners', summed in member-id order (deterministic).
+  std::size_t k = 1;
+  for (const auto& [id, in] : peers_)
+    if (in.state == Incoming::complete) {
+      ++k;
+      for (std::size_t t = 0; t < own_.size(); ++t) {
+        float* dst = mean_[t].data();
+        const float* src = in.staged[t].data();
+        for (std::size_t i = 0; i < mean_[t].size(); ++i) dst[i] += src[i];
+      }
+    }
+  if (k > 1) {
+    const float inv = static_cast<float>(k);
+    for (auto& t : mean_)
+      for (auto& v : t) v /= inv;
+  }
+  for (auto& [id, in] : peers_) {
+    in.staged.clear();
+    in.staged.shrink_to_fit();
+  }
+}
+
+void GroupExchange::on_peer_failed(const NodeId& peer, Time) {
+  auto it = peers_.find(peer);
+  if (finished_ || it == peers_.end()) return;
+  drop(peer, it->second, "unreachable");
+}
+
+void GroupExchange::on_timer(Time now) {
+  if (finished_) return;
+  if (now - started_ >= opts_.total_timeout) {
+    for (auto& [id, in] : peers_)
+      if (in.state == Incoming::receiving) drop(id, in, "exchange timed out");
+    return;
+  }
+  for (auto& [id, in] : peers_) {
+    if (finished_) return;
+    if (in.state == Incoming::receiving && now - in.last_heard >= opts_.chunk_timeout) {
+      drop(id, in, "silent past the chunk timeout");
+      continue;
+    }
+    if (now - in.last_sent >= opts_.heartbeat) {
+      Header h;
+      h.kind = MsgKind::heartbeat;
+      h.op = op_;
+      send(id, encode_message(h, 0), now);
+    }
+  }
+}
+
+std::optional<Time> GroupExchange::next_deadline() const {
+  if (finished_) return std::nullopt;
+  Time t = started_ + opts_.total_timeout;
+  for (const auto& [id, in] : peers_) {
+    t = std::min(t, in.last_sent + opts_.heartbeat);
+    if (in.state == Incoming::receiving) t = std::min(t, in.last_heard + opts_.chunk_timeout);
+  }
+  return t;
+}
+
+std::vector<Outgoing> GroupExchange::take_outgoing() {
+  return std::exchange(out_, {});
+}
+
+std::vector<NodeId> GroupExchange::completed() const {
+  std::vector<NodeId> r;
+  for (const auto& [id, in] : peers_)
+    if (in.state == Incoming::complete) r.push_back(id);
+  return r;
+}
+
+std::map<NodeId, std::string> GroupExchange::failures() const {
+  std::map<NodeId, std::string> r;
+  for (const auto& [id, in] : peers_)
+    if (in.state == Incoming::failed) r[id] = in.why;
+  return r;
+}
+
+}  // namespace grove::gossip

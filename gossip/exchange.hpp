@@ -1,0 +1,98 @@
+// Group exchange for NoLoCo: every member of a small group (a pair, or three for an odd node)
+// sends its tensors to every other member and averages what it receives with its own.
+//
+// The steps, per partner:
+//  1. Each tensor is encoded whole with the configured codec and hashed (BLAKE2b-256); the
+//     sender announces it with `tensor_begin` (tensor index, values, chunk count, digest) and
+//     sends the encoding in chunks of `chunk_values` values, in order.
+//  2. The receiver decodes each chunk into a staging buffer and hashes the bytes as they come.
+//     When the last chunk of the last tensor has arrived it compares the digests and checks
+//     every received tensor (finite values come from the decoder; the norm must stay within
+//     `max_norm_ratio` of ours). Only then does the partner count.
+//  3. A partner that fails (a send failure, a lost connection, nothing received for
+//     `chunk_timeout`, a malformed message, a digest or norm mismatch) is dropped: nothing of
+//     its partial tensors is used.
+//  4. The exchange finishes when every partner has either completed or failed; the result per
+//     tensor is the mean of ours and the completed partners' (ours alone: a local-only round).
+// Members need not agree on the outcome (NoLoCo tolerates a one-sided average); each member's
+// result only ever mixes whole, verified tensors.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "gossip/allreduce.hpp"
+#include "transport/crypto.hpp"
+
+namespace grove::gossip {
+
+struct ExchangeOptions {
+  WireCodec codec = WireCodec::fp16;
+  std::size_t chunk_values = std::size_t{1} << 18;  ///< multiple of 256
+  Time heartbeat{1000};
+  Time chunk_timeout{10000};
+  Time total_timeout{300000};
+  double max_norm_ratio = 4.0;  ///< a received tensor's L2 norm must be <= this × ours (+ eps)
+};
+
+class GroupExchange final : public Protocol {
+ public:
+  /// `group` contains `self`; `tensors` are this member's tensors (e.g. θ, or Δ and φ), the
+  /// same count and sizes on every member. Throws std::invalid_argument for caller bugs.
+  GroupExchange(OpId op, NodeId self, std::vector<NodeId> group,
+                std::vector<std::vector<float>> tensors, ExchangeOptions opts, Time now);
+
+  const OpId& op() const override { return op_; }
+  void on_message(const NodeId& from, const Message& m, Time now) override;
+  void on_peer_failed(const NodeId& peer, Time now) override;
+  void on_timer(Time now) override;
+  std::optional<Time> next_deadline() const override;
+  std::vector<Outgoing> take_outgoing() override;
+  bool finished() const override { return finished_; }
+
+  /// Per tensor: the mean of ours and every completed partner's (valid once finished()).
+  const std::vector<std::vector<float>>& mean() const { return mean_; }
+  /// The partners whose tensors were used.
+  std::vector<NodeId> completed() const;
+  /// Partners that failed, with the reason.
+  std::map<NodeId, std::string> failures() const;
+  std::uint64_t bytes_sent() const { return bytes_sent_; }
+  std::uint64_t bytes_received() const { return bytes_received_; }
+
+ private:
+  struct Incoming {
+    std::size_t tensor = 0;  // the tensor being received
+    std::size_t next = 0;    // its next chunk
+    bool begun = false;      // tensor_begin seen for `tensor`
+    std::uint64_t chunks = 0;
+    Digest digest{};
+    std::optional<transport::Blake2b256> hasher;
+    std::vector<std::vector<float>> staged;
+    Time last_heard{0};
+    Time last_sent{0};
+    enum { receiving, complete, failed } state = receiving;
+    std::string why;
+  };
+
+  void drop(const NodeId& peer, Incoming& in, std::string why);
+  void on_chunk(const NodeId& from, Incoming& in, const Message& m);
+  void check_complete(const NodeId& from, Incoming& in);
+  void maybe_finish();
+  void send(const NodeId& to, Bytes b, Time now);
+  /// tensor_begin: chunk = number of chunks, count = values; chunk: its number and values.
+  Header tensor_header(MsgKind kind, std::size_t tensor, std::size_t chunk,
+                       std::size_t count) const;
+
+  OpId op_;
+  NodeId self_;
+  std::vector<std::vector<float>> own_;
+  ExchangeOptions opts_;
+  Time started_;
+  std::map<NodeId, Incoming> peers_;
+  std::vector<std::vector<float>> mean_;
+  bool finished_ = false;
+  std::uint64_t bytes_sent_ = 0, bytes_received_ = 0;
+  std::vector<Outgoing> out_;
+};
+
+}  // namespace grove::gossip

@@ -1,0 +1,38 @@
+// The seam between the averaging cores and their drivers. A Protocol is a sans-IO state machine
+// for one averaging operation (one all-reduce, one group exchange): it takes decoded messages,
+// send failures and the current time, and hands back messages to send and its next deadline. It
+// owns no socket, reads no clock and draws no random numbers. Drivers: gossip::Runtime (Asio,
+// transport::Host) and sim::GossipNetwork (virtual time); tests drive it by hand.
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "dht/record.hpp"
+#include "gossip/wire.hpp"
+
+namespace grove::gossip {
+
+using dht::Time;
+
+struct Outgoing {
+  NodeId to{};
+  Bytes data;
+};
+
+class Protocol {
+ public:
+  virtual ~Protocol() = default;
+  virtual const OpId& op() const = 0;
+  /// A message for this op (the driver routes by Header::op) from an authenticated peer.
+  virtual void on_message(const NodeId& from, const Message& m, Time now) = 0;
+  /// A message to `to` could not be delivered, or the connection to it was lost.
+  virtual void on_peer_failed(const NodeId& to, Time now) = 0;
+  virtual void on_timer(Time now) = 0;
+  virtual std::optional<Time> next_deadline() const = 0;
+  virtual std::vector<Outgoing> take_outgoing() = 0;
+  /// True once the operation has its final outcome (done or failed); nothing more is sent.
+  virtual bool finished() const = 0;
+};
+
+}  // namespace grove::gossip

@@ -1,0 +1,230 @@
+#include "sim/gossip_network.hpp"
+
+#include <cmath>
+
+namespace grove::sim {
+
+using gossip::NodeId;
+using gossip::OpId;
+
+namespace {
+constexpr std::size_t kMaxEarlyBytes = 256u << 20;
+}
+
+GossipNetwork::GossipNetwork(std::uint64_t seed, GossipLinkModel model)
+    : model_(model), rng_(seed) {}
+
+NodeId GossipNetwork::add_node() {
+  NodeId id;
+  for (auto& b : id) b = static_cast<std::uint8_t>(rng_());
+  nodes_[id].bytes_per_ms = model_.bytes_per_ms;
+  return id;
+}
+
+void GossipNetwork::set_uplink(const NodeId& node, double bytes_per_ms) {
+  nodes_.at(node).bytes_per_ms = bytes_per_ms;
+}
+
+bool GossipNetwork::alive(const NodeId& node) const {
+  const auto& n = nodes_.at(node);
+  return n.alive && !n.hung;
+}
+
+std::uint64_t GossipNetwork::bytes_sent(const NodeId& node) const {
+  return nodes_.at(node).sent;
+}
+
+gossip::Protocol* GossipNetwork::protocol(const NodeId& node, const OpId& op) {
+  auto& n = nodes_.at(node);
+  auto it = n.ops.find(op);
+  return it == n.ops.end() ? nullptr : it->second.get();
+}
+
+void GossipNetwork::push(Event e) {
+  e.seq = seq_++;
+  events_.push(std::move(e));
+}
+
+void GossipNetwork::attach(const NodeId& node, std::unique_ptr<gossip::Protocol> p) {
+  auto& n = nodes_.at(node);
+  if (!n.alive || n.hung) return;
+  const OpId op = p->op();
+  auto& slot = n.ops[op];
+  slot = std::move(p);
+  collect(node, *slot);
+  if (auto it = n.early.find(op); it != n.early.end()) {
+    auto msgs = std::move(it->second);
+    n.early.erase(it);
+    for (auto& [from, bytes] : msgs) {
+      n.early_bytes -= bytes.size();
+      if (auto m = gossip::decode_message(bytes)) slot->on_message(from, *m, now_);
+      collect(node, *slot);
+    }
+  }
+  schedule_timer(node, *slot);
+}
+
+void GossipNetwork::collect(const NodeId& node, gossip::Protocol& p) {
+  auto& n = nodes_.at(node);
+  for (auto& o : p.take_outgoing()) {
+    if (!n.alive || n.hung) return;
+    const double bw = n.bytes_per_ms;
+    const dht::Time start = std::max(now_, n.uplink_free);
+    if (n.sent + o.data.size() >= n.kill_offset) {
+      // The node dies part-way through this message: it never arrives.
+      const std::uint64_t left = n.kill_offset > n.sent ? n.kill_offset - n.sent : 0;
+      const auto at = start + dht::Time(static_cast<std::int64_t>(std::ceil(left / bw)));
+      n.sent = n.kill_offset;
+      n.uplink_free = at;
+      die(node, at);
+      return;
+    }
+    n.sent += o.data.size();
+    const dht::Time end =
+        start + dht::Time(static_cast<std::int64_t>(std::ceil(o.data.size() / bw)));
+    n.uplink_free = end;
+    Event e;
+    e.kind = Kind::deliver;
+    e.at = end + model_.latency;
+    e.to = o.to;
+    e.from = node;
+    e.tx_end = end;
+    e.bytes =
+        std::make_shared<std::vector<std::uint8_t>>(o.data.data(), o.data.data() + o.data.size());
+    push(std::move(e));
+  }
+}
+
+void GossipNetwork::schedule_timer(const NodeId& node, gossip::Protocol& p) {
+  auto& n = nodes_.at(node);
+  const auto d = p.next_deadline();
+  if (!d) return;
+  auto it = n.timer_at.find(p.op());
+  if (it != n.timer_at.end() && it->second <= *d && it->second >= now_) return;
+  n.timer_at[p.op()] = *d;
+  Event e;
+  e.kind = Kind::timer;
+  e.at = std::max(*d, now_);
+  e.to = node;
+  e.op = p.op();
+  push(std::move(e));
+}
+
+void GossipNetwork::die(const NodeId& node, dht::Time at) {
+  Event e;
+  e.kind = Kind::die;
+  e.at = at;
+  e.to = node;
+  push(std::move(e));
+}
+
+void GossipNetwork::kill(const NodeId& node) {
+  die(node, now_);
+  run_until(now_);
+}
+
+void GossipNetwork::kill_at_byte(const NodeId& node, std::uint64_t offset) {
+  nodes_.at(node).kill_offset = offset;
+}
+
+void GossipNetwork::hang(const NodeId& node) {
+  nodes_.at(node).hung = true;
+}
+
+void GossipNetwork::step(Event e) {
+  now_ = std::max(now_, e.at);
+  auto& n = nodes_.at(e.to);
+  switch (e.kind) {
+    case Kind::die: {
+      if (!n.alive) return;
+      n.alive = false;
+      n.died = e.at;
+      n.ops.clear();
+      n.early.clear();
+      for (auto& [id, other] : nodes_) {  // every peer's connection to it breaks
+        if (id == e.to || !other.alive) continue;
+        Event f;
+        f.kind = Kind::peer_failed;
+        f.at = e.at + model_.loss_detect;
+        f.to = id;
+        f.from = e.to;
+        push(std::move(f));
+      }
+      return;
+    }
+    case Kind::peer_failed:
+      if (!n.alive || n.hung) return;
+      for (auto& [op, p] : n.ops) {
+        p->on_peer_failed(e.from, now_);
+        collect(e.to, *p);
+        schedule_timer(e.to, *p);
+      }
+      return;
+    case Kind::timer: {
+      if (!n.alive || n.hung) return;
+      auto it = n.ops.find(e.op);
+      if (it == n.ops.end()) return;
+      if (auto t = n.timer_at.find(e.op); t != n.timer_at.end() && t->second == e.at)
+        n.timer_at.erase(t);
+      it->second->on_timer(now_);
+      collect(e.to, *it->second);
+      schedule_timer(e.to, *it->second);
+      return;
+    }
+    case Kind::deliver: {
+      const auto& sender = nodes_.at(e.from);
+      if (!sender.alive && e.tx_end > sender.died) return;  // cut off mid-message
+      if (sender.hung) return;
+      if (!n.alive) {
+        if (sender.alive && !sender.hung) {  // connection refused
+          Event f;
+          f.kind = Kind::peer_failed;
+          f.at = now_ + model_.latency;
+          f.to = e.from;
+          f.from = e.to;
+          push(std::move(f));
+        }
+        return;
+      }
+      if (n.hung) return;
+      auto m = gossip::decode_message(*e.bytes);
+      if (!m) return;
+      auto it = n.ops.find(m->h.op);
+      if (it == n.ops.end()) {
+        if (n.early_bytes + e.bytes->size() <= kMaxEarlyBytes) {
+          n.early_bytes += e.bytes->size();
+          n.early[m->h.op].emplace_back(e.from, std::move(*e.bytes));
+        }
+        return;
+      }
+      it->second->on_message(e.from, *m, now_);
+      collect(e.to, *it->second);
+      schedule_timer(e.to, *it->second);
+      return;
+    }
+  }
+}
+
+void GossipNetwork::run_until(dht::Time t) {
+  while (!events_.empty() && events_.top().at <= t) {
+    Event e = events_.top();
+    events_.pop();
+    step(std::move(e));
+  }
+  now_ = std::max(now_, t);
+}
+
+bool GossipNetwork::run_until(const std::function<bool()>& pred, dht::Time limit) {
+  const dht::Time end = now_ + limit;
+  if (pred()) return true;
+  while (!events_.empty() && events_.top().at <= end) {
+    Event e = events_.top();
+    events_.pop();
+    step(std::move(e));
+    if (pred()) return true;
+  }
+  now_ = std::max(now_, end);
+  return pred();
+}
+
+}  // namespace grove::sim

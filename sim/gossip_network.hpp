@@ -1,0 +1,93 @@
+// A deterministic discrete-event network for the gossip cores (RingAllReduce, GroupExchange):
+// the same sans-IO Protocol objects the real node runs, in virtual time, with a modelled link
+// per node (one-way latency, an uplink of a given rate that sends its messages in order, so a
+// message's bytes leave over time) and faults: kill a node now or once it has sent a given
+// number of bytes (the message crossing that offset never arrives), or hang it (it goes silent
+// without closing anything). Used by the gossip tests and, later, the swarm simulator.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <queue>
+#include <random>
+#include <vector>
+
+#include "gossip/protocol.hpp"
+
+namespace grove::sim {
+
+struct GossipLinkModel {
+  dht::Time latency{5};
+  double bytes_per_ms = 125'000;  ///< uplink rate (125 000 B/ms = 1 Gbit/s)
+  /// How long after a node dies its peers' connections report the loss (a killed process's
+  /// kernel resets its connections). Hung nodes are never reported.
+  dht::Time loss_detect{50};
+};
+
+class GossipNetwork {
+ public:
+  GossipNetwork(std::uint64_t seed, GossipLinkModel model);
+
+  /// Adds a node and returns its id (drawn from the seed).
+  gossip::NodeId add_node();
+  /// Starts an operation on `node` now; messages for its op that arrived early are delivered.
+  void attach(const gossip::NodeId& node, std::unique_ptr<gossip::Protocol> p);
+  gossip::Protocol* protocol(const gossip::NodeId& node, const gossip::OpId& op);
+
+  void kill(const gossip::NodeId& node);
+  /// Kills `node` at the instant its cumulative sent bytes reach `offset` (set it before the
+  /// node starts sending).
+  void kill_at_byte(const gossip::NodeId& node, std::uint64_t offset);
+  /// The node stops sending, receiving and timing out; nobody is told.
+  void hang(const gossip::NodeId& node);
+  bool alive(const gossip::NodeId& node) const;
+  void set_uplink(const gossip::NodeId& node, double bytes_per_ms);
+
+  dht::Time now() const { return now_; }
+  void run_until(dht::Time t);
+  /// Runs until pred() holds (checked after every event) or `limit` of virtual time passes.
+  bool run_until(const std::function<bool()>& pred, dht::Time limit);
+  std::uint64_t bytes_sent(const gossip::NodeId& node) const;
+
+ private:
+  struct Node {
+    std::map<gossip::OpId, std::unique_ptr<gossip::Protocol>> ops;
+    std::map<gossip::OpId, std::vector<std::pair<gossip::NodeId, std::vector<std::uint8_t>>>>
+        early;  // messages for ops not started yet (bounded)
+    std::size_t early_bytes = 0;
+    bool alive = true, hung = false;
+    dht::Time died{dht::Time::max()};
+    dht::Time uplink_free{0};
+    double bytes_per_ms = 0;
+    std::uint64_t sent = 0;
+    std::uint64_t kill_offset = UINT64_MAX;
+    std::map<gossip::OpId, dht::Time> timer_at;
+  };
+  enum class Kind { deliver, timer, peer_failed, die };
+  struct Event {
+    dht::Time at{0};
+    std::uint64_t seq = 0;
+    Kind kind = Kind::timer;
+    gossip::NodeId to{}, from{};
+    gossip::OpId op{};
+    dht::Time tx_end{0};
+    std::shared_ptr<std::vector<std::uint8_t>> bytes;
+    bool operator>(const Event& o) const { return at != o.at ? at > o.at : seq > o.seq; }
+  };
+
+  void push(Event e);
+  void collect(const gossip::NodeId& node, gossip::Protocol& p);
+  void schedule_timer(const gossip::NodeId& node, gossip::Protocol& p);
+  void die(const gossip::NodeId& node, dht::Time at);
+  void step(Event e);
+
+  GossipLinkModel model_;
+  std::mt19937_64 rng_;
+  std::map<gossip::NodeId, Node> nodes_;
+  std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
+  std::uint64_t seq_ = 0;
+  dht::Time now_{0};
+};
+
+}  // namespace grove::sim

@@ -1,0 +1,219 @@
+// GroupExchange: NoLoCo's pair/trio averaging of whole, verified tensors.
+#include "gossip/exchange.hpp"
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <numeric>
+#include <random>
+
+#include "sim/gossip_network.hpp"
+
+namespace grove::gossip {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::vector<float> randn(std::mt19937& rng, std::size_t n) {
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+struct Group {
+  sim::GossipNetwork net;
+  std::vector<NodeId> ids;
+  std::vector<std::vector<std::vector<float>>> tensors;  // [member][tensor]
+  OpId op{};
+  ExchangeOptions opts;
+
+  Group(std::uint64_t seed, std::size_t members, std::size_t tensors_each, std::size_t n,
+        ExchangeOptions o, sim::GossipLinkModel link = {})
+      : net(seed, link), opts(o) {
+    std::mt19937 rng(static_cast<std::uint32_t>(seed));
+    op[0] = static_cast<std::uint8_t>(seed);
+    for (std::size_t i = 0; i < members; ++i) {
+      ids.push_back(net.add_node());
+      tensors.emplace_back();
+      for (std::size_t t = 0; t < tensors_each; ++t) tensors.back().push_back(randn(rng, n));
+    }
+  }
+  void start() {
+    for (std::size_t i = 0; i < ids.size(); ++i)
+      net.attach(ids[i],
+                 std::make_unique<GroupExchange>(op, ids[i], ids, tensors[i], opts, net.now()));
+  }
+  GroupExchange* at(std::size_t i) { return static_cast<GroupExchange*>(net.protocol(ids[i], op)); }
+  bool all_finished() {
+    for (std::size_t i = 0; i < ids.size(); ++i)
+      if (net.alive(ids[i]) && !at(i)->finished()) return false;
+    return true;
+  }
+  // The mean over members `who` of tensor t, summed the way GroupExchange does: own first, then
+  // partners in id order (fp32 codec: exact).
+  std::vector<float> mean_of(std::size_t self, std::vector<std::size_t> who, std::size_t t) {
+    std::sort(who.begin(), who.end(), [&](auto a, auto b) { return ids[a] < ids[b]; });
+    std::vector<float> m = tensors[self][t];
+    for (auto j : who)
+      if (j != self)
+        for (std::size_t k = 0; k < m.size(); ++k) m[k] += tensors[j][t][k];
+    if (who.size() > 1)
+      for (auto& v : m) v /= static_cast<float>(who.size());
+    return m;
+  }
+};
+
+ExchangeOptions fp32_opts() {
+  ExchangeOptions o;
+  o.codec = WireCodec::fp32;
+  o.chunk_values = 256;
+  o.chunk_timeout = 2000ms;
+  o.heartbeat = 500ms;
+  o.max_norm_ratio = 2.0;
+  return o;
+}
+
+TEST(GroupExchange, PairAndTrioAverageWholeTensors) {
+  for (std::size_t members : {2u, 3u}) {
+    Group g(members, members, 2, 256 * 5 + 3, fp32_opts());
+    g.start();
+    ASSERT_TRUE(g.net.run_until([&] { return g.all_finished(); }, 30s));
+    std::vector<std::size_t> all(members);
+    std::iota(all.begin(), all.end(), 0);
+    for (std::size_t i = 0; i < members; ++i) {
+      EXPECT_EQ(g.at(i)->completed().size(), members - 1);
+      for (std::size_t t = 0; t < 2; ++t) EXPECT_EQ(g.at(i)->mean()[t], g.mean_of(i, all, t));
+    }
+  }
+}
+
+TEST(GroupExchange, Fp16TravelsWithinItsBound) {
+  auto o = fp32_opts();
+  o.codec = WireCodec::fp16;
+  Group g(4, 2, 1, 4096, o);
+  g.start();
+  ASSERT_TRUE(g.net.run_until([&] { return g.all_finished(); }, 30s));
+  const auto exact = g.mean_of(0, {0, 1}, 0);
+  for (std::size_t k = 0; k < exact.size(); ++k)
+    EXPECT_NEAR(g.at(0)->mean()[0][k], exact[k], std::abs(g.tensors[1][0][k]) * 0.5f / 1024 + 1e-7);
+  EXPECT_EQ(g.net.bytes_sent(g.ids[0]) < 4096 * 2 + 1024, true);  // fp16: 2 bytes a value
+}
+
+TEST(GroupExchange, PartnerKilledAtAnyByteNeverLeavesAPartialAverage) {
+  std::mt19937_64 rng(99);
+  int local_only = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    sim::GossipLinkModel link;
+    link.bytes_per_ms = 4000;
+    link.loss_detect = trial % 2 ? 50ms : dht::Time::max() / 4;  // reset, or silence
+    Group g(500 + trial, 2, 2, 256 * 8, fp32_opts(), link);
+    const std::uint64_t offset = rng() % (2 * 4 * 256 * 8 + 400);
+    g.net.kill_at_byte(g.ids[1], offset);
+    g.start();
+    dht::Time died{0};
+    ASSERT_TRUE(g.net.run_until(
+        [&] {
+          if (died == dht::Time{0} && !g.net.alive(g.ids[1])) died = g.net.now();
+          return g.at(0)->finished();
+        },
+        60s));
+    const auto& mean = g.at(0)->mean();
+    if (g.at(0)->completed().empty()) {
+      ++local_only;
+      EXPECT_EQ(mean, g.tensors[0]) << "trial " << trial;  // own tensors, untouched
+      // Abandoned within chunk timeout + 1 s of going silent.
+      EXPECT_LE(g.net.now() - died, g.opts.chunk_timeout + 1000ms) << "trial " << trial;
+    } else {
+      for (std::size_t t = 0; t < 2; ++t) EXPECT_EQ(mean[t], g.mean_of(0, {0, 1}, t));
+    }
+  }
+  EXPECT_GT(local_only, 40);
+}
+
+TEST(GroupExchange, HangingPartnerIsAbandonedWithinTheChunkTimeout) {
+  sim::GossipLinkModel link;
+  link.bytes_per_ms = 1000;
+  Group g(7, 3, 1, 256 * 40, fp32_opts(), link);
+  g.start();
+  g.net.run_until(dht::Time(10));
+  g.net.hang(g.ids[2]);
+  const auto hung_at = g.net.now();
+  ASSERT_TRUE(g.net.run_until([&] { return g.at(0)->finished() && g.at(1)->finished(); }, 60s));
+  EXPECT_LE(g.net.now() - hung_at, g.opts.chunk_timeout + 1000ms);
+  for (std::size_t i : {0u, 1u}) {
+    EXPECT_EQ(g.at(i)->completed().size(), 1u);  // the live partner still counts
+    EXPECT_EQ(g.at(i)->failures().count(g.ids[2]), 1u);
+    EXPECT_EQ(g.at(i)->mean()[0], g.mean_of(i, {0, 1}, 0));
+  }
+}
+
+// Drives two exchanges by hand so a test can tamper with what travels.
+struct Manual {
+  NodeId a{}, b{};
+  OpId op{};
+  std::unique_ptr<GroupExchange> ea, eb;
+  Manual(std::vector<float> ta, std::vector<float> tb, ExchangeOptions o) {
+    a[0] = 1;
+    b[0] = 2;
+    ea = std::make_unique<GroupExchange>(
+        op, a, std::vector{a, b}, std::vector<std::vector<float>>{std::move(ta)}, o, dht::Time(0));
+    eb = std::make_unique<GroupExchange>(
+        op, b, std::vector{a, b}, std::vector<std::vector<float>>{std::move(tb)}, o, dht::Time(0));
+  }
+  // Delivers b's messages to a, after `edit` may change each one.
+  void deliver_b_to_a(const std::function<void(std::size_t, Bytes&)>& edit) {
+    auto out = eb->take_outgoing();
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      edit(i, out[i].data);
+      auto m = decode_message(out[i].data.span());
+      ASSERT_TRUE(m);
+      ea->on_message(b, *m, dht::Time(1));
+    }
+  }
+};
+
+TEST(GroupExchange, TamperedChunkFailsTheDigest) {
+  std::mt19937 rng(3);
+  const auto mine = randn(rng, 1024), theirs = randn(rng, 1024);
+  Manual x(mine, theirs, fp32_opts());
+  x.deliver_b_to_a([](std::size_t i, Bytes& b) {
+    if (i == 2) b.data()[b.size() - 3] ^= 0x01;  // a valid float, wrong bits
+  });
+  ASSERT_TRUE(x.ea->finished());
+  EXPECT_TRUE(x.ea->completed().empty());
+  EXPECT_NE(x.ea->failures().begin()->second.find("digest"), std::string::npos);
+  EXPECT_EQ(x.ea->mean()[0], mine);  // own tensor, untouched
+}
+
+TEST(GroupExchange, OversizedNormAndWrongSizeAreRefused) {
+  std::mt19937 rng(4);
+  auto mine = randn(rng, 1024), big = mine;
+  for (auto& v : big) v *= 100.0f;
+  Manual x(mine, big, fp32_opts());
+  x.deliver_b_to_a([](std::size_t, Bytes&) {});
+  EXPECT_TRUE(x.ea->completed().empty());
+  EXPECT_NE(x.ea->failures().begin()->second.find("norm"), std::string::npos);
+  EXPECT_EQ(x.ea->mean()[0], mine);
+
+  Manual y(randn(rng, 1024), randn(rng, 1000), fp32_opts());
+  y.deliver_b_to_a([](std::size_t, Bytes&) {});
+  EXPECT_TRUE(y.ea->completed().empty());
+  EXPECT_NE(y.ea->failures().begin()->second.find("size"), std::string::npos);
+}
+
+TEST(GroupExchange, OutOfOrderChunksAreRefused) {
+  std::mt19937 rng(5);
+  Manual x(randn(rng, 1024), randn(rng, 1024), fp32_opts());
+  auto out = x.eb->take_outgoing();
+  ASSERT_GE(out.size(), 3u);
+  std::swap(out[1], out[2]);  // chunk 1 before chunk 0
+  for (auto& o : out) {
+    auto m = decode_message(o.data.span());
+    x.ea->on_message(x.b, *m, dht::Time(1));
+  }
+  EXPECT_TRUE(x.ea->completed().empty());
+}
+
+}  // namespace
+}  // namespace grove::gossip
