@@ -3,8 +3,10 @@
 //                     and bare msgpack objects (the frame target also feeds unpack_bounded);
 //   <out>/handshake/  M1, M2 and M3 of a real handshake and crafted variants of them;
 //   <out>/dht/        [selector][DHT message] inputs (see dht_fuzz.hpp): every message type with
-//                     signed records, reply-mode variants, invalid records, malformed messages.
-// Usage: make_seeds tests/fuzz/corpus [frame|handshake|dht]...   (no names = all; the committed
+//                     signed records, reply-mode variants, invalid records, malformed messages;
+//   <out>/gossip/     [selector][gossip message] inputs (see gossip_fuzz.hpp): what real ring and
+//                     exchange peers send, control messages, malformed variants.
+// Usage: make_seeds tests/fuzz/corpus [frame|handshake|dht|gossip]...   (no names = all; the committed
 // seeds were made this way; the handshake ones differ on every run since identities and
 // ephemeral keys are random, the others are reproducible).
 #include <sodium.h>
@@ -24,7 +26,10 @@
 #include <msgpack.hpp>
 
 #include "dht/messages.hpp"
+#include "gossip/allreduce.hpp"
+#include "gossip/exchange.hpp"
 #include "tests/fuzz/dht_fuzz.hpp"
+#include "tests/fuzz/gossip_fuzz.hpp"
 #include "transport/frame.hpp"
 #include "transport/handshake.hpp"
 #include "transport/identity.hpp"
@@ -500,14 +505,68 @@ void dht_seeds(const fs::path& dir) {
 }
 }  // namespace
 
+// ---- gossip ----
+namespace gz = grove::fuzz::gossip_fuzz;
+
+void gossip_seeds(const fs::path& dir) {
+  namespace g = grove::gossip;
+  int k = 0;
+  auto put = [&](const std::string& name, std::uint8_t sel, std::span<const std::uint8_t> msg) {
+    Buf b{sel};
+    b.insert(b.end(), msg.begin(), msg.end());
+    const auto r = g::decode_message(msg);
+    write(dir, std::to_string(k++) + "-" + name, b, r ? "ok" : verdict_of(r.error()).c_str());
+  };
+  // What the other members of the fuzzed ring and pair really send to peer 1.
+  g::AllReduceOptions ao;
+  ao.chunk_values = gz::kChunk;
+  for (int p : {0, 2}) {
+    g::RingAllReduce r(gz::op(), gz::peer(p), {gz::peer(0), gz::peer(1), gz::peer(2)},
+                       std::vector<float>(gz::kRingValues, 0.25f), ao, g::Time(0));
+    r.on_timer(g::Time(1500));  // a heartbeat too
+    for (auto& o : r.take_outgoing())
+      if (o.to == gz::peer(1))
+        put("ring-from-" + std::to_string(p), static_cast<std::uint8_t>(p), o.data.span());
+  }
+  g::ExchangeOptions eo;
+  eo.codec = g::WireCodec::fp32;
+  eo.chunk_values = gz::kChunk;
+  g::GroupExchange e(gz::op(), gz::peer(0), {gz::peer(1), gz::peer(0)},
+                     {std::vector<float>(gz::kExchangeValues, 0.4f)}, eo, g::Time(0));
+  for (auto& o : e.take_outgoing()) put("exchange", 4, o.data.span());
+  // Control messages and malformed variants.
+  g::Header h;
+  h.op = gz::op();
+  h.kind = g::MsgKind::abort;
+  h.suspects = {gz::peer(2)};
+  put("abort-peer2", 0, g::encode_message(h, 0).span());
+  h.suspects = {gz::peer(1)};
+  put("abort-self", 2, g::encode_message(h, 0).span());
+  h.suspects.clear();
+  h.kind = g::MsgKind::done;
+  put("done", 0, g::encode_message(h, 0).span());
+  h.kind = g::MsgKind::chunk;
+  h.phase = g::Phase::all_gather;
+  h.codec = g::WireCodec::fp16;
+  h.index = 1;
+  h.count = gz::kChunk;
+  put("ag-zero", 0, g::encode_message(h, 2 * gz::kChunk).span());
+  auto bad = g::encode_message(h, 10);
+  bad.data()[3] = 0xff;
+  put("bad-version", 0, bad.span());
+  put("short", 0, bad.span().first(5));
+}
+
 int main(int argc, char** argv) {
-  const std::map<std::string, void (*)(const fs::path&)> corpora{
-      {"frame", frame_seeds}, {"handshake", handshake_seeds}, {"dht", dht_seeds}};
+  const std::map<std::string, void (*)(const fs::path&)> corpora{{"frame", frame_seeds},
+                                                                 {"handshake", handshake_seeds},
+                                                                 {"dht", dht_seeds},
+                                                                 {"gossip", gossip_seeds}};
   std::vector<std::string> names(argv + std::min(argc, 2), argv + argc);
   bool known = argc >= 2;
   for (const auto& n : names) known = known && corpora.count(n);
   if (!known) {
-    std::fprintf(stderr, "usage: %s OUT_DIR [frame|handshake|dht]...   (e.g. tests/fuzz/corpus)\n",
+    std::fprintf(stderr, "usage: %s OUT_DIR [frame|handshake|dht|gossip]...   (e.g. tests/fuzz/corpus)\n",
                  argv[0]);
     return 2;
   }

@@ -11,6 +11,12 @@
 #include <vector>
 
 namespace grove::optim {
+namespace detail {
+// Defined in codecs.cpp (not in the header): TopKCodec::encode with a choice of selection kernel,
+// so the tests can compare the SIMD and portable selections.
+CodecError topk_encode(const TopKCodec& c, std::span<float> e, std::span<std::uint8_t> out,
+                       Impl impl);
+}  // namespace detail
 namespace {
 
 using Bytes = std::vector<std::uint8_t>;
@@ -392,6 +398,79 @@ TEST(E3M0, HugeScaleClampsToFinite) {
   for (float v : y) EXPECT_TRUE(std::isfinite(v));
 }
 
+// Inputs for the E3M0 and top-k SIMD-vs-portable tests: the common datasets plus data that
+// stresses the selections (ties, zeros, every exponent, scales that jump between blocks).
+std::vector<Floats> selection_datasets() {
+  std::vector<Floats> d = datasets();
+  d.push_back(random_finite_bits(20011, 61));
+  Floats ties(5003);
+  std::mt19937 rng(62);
+  for (auto& v : ties) v = static_cast<float>(static_cast<int>(rng() % 5) - 2);
+  d.push_back(ties);
+  Floats sparse = normal(4099, 63);
+  for (std::size_t i = 0; i < sparse.size(); ++i) {
+    if (rng() % 4 != 0) sparse[i] = (i % 2) ? 0.0f : -0.0f;
+  }
+  d.push_back(sparse);
+  Floats jumps = normal(64 * 256 + 77, 64);  // the scale changes by up to 2^±20 per block
+  for (std::size_t i = 0; i < jumps.size(); ++i) {
+    jumps[i] = std::ldexp(jumps[i], static_cast<int>((i / 256 * 7919) % 41) - 20);
+  }
+  d.push_back(jumps);
+  Floats near(3001);  // nearly equal magnitudes: neighbouring bit patterns
+  for (auto& v : near) {
+    v = std::bit_cast<float>(static_cast<std::uint32_t>(0x3f800000u + rng() % 4)) *
+        ((rng() % 2) ? 1 : -1);
+  }
+  d.push_back(near);
+  d.push_back(normal(10007, 65, 1e-41f));  // subnormal
+  Floats few = normal(9, 66);
+  d.push_back(few);
+  return d;
+}
+
+TEST(E3M0, PortableAndSimdBitIdentical) {
+  if (!simd_available()) GTEST_SKIP() << "no AVX2/F16C on this CPU";
+  for (std::size_t block : {256u, 2u, 6u, 64u, 66u, 130u, 1000u, 4096u}) {
+    const E3M0Params p{.block = block};
+    for (const auto& x : selection_datasets()) {
+      SCOPED_TRACE(testing::Message() << "block " << block << " n " << x.size());
+      Bytes a(e3m0_encoded_size(x.size(), p)), b(a.size());
+      ASSERT_EQ(e3m0_encode(x, a, p, Impl::portable), CodecError::ok);
+      ASSERT_EQ(e3m0_encode(x, b, p, Impl::best), CodecError::ok);
+      ASSERT_EQ(a, b);
+      const std::size_t nb = (x.size() + block - 1) / block;
+      for (std::size_t i = 0; i < nb; ++i) {
+        float s;
+        std::memcpy(&s, a.data() + 4 * i, 4);
+        const std::size_t base = i * block;
+        ASSERT_EQ(s, ref_scale(x.data() + base, std::min(block, x.size() - base)));
+      }
+      Floats da(x.size()), db(x.size());
+      ASSERT_EQ(e3m0_decode(a, da, p, Impl::portable), CodecError::ok);
+      ASSERT_EQ(e3m0_decode(a, db, p, Impl::best), CodecError::ok);
+      ASSERT_TRUE(same_bits(da, db));
+      // Corrupted messages: both paths agree on the verdict and, when accepted, the values.
+      std::mt19937 rng(static_cast<std::uint32_t>(x.size() + block));
+      for (int t = 0; t < 20 && !a.empty(); ++t) {
+        Bytes c = a;
+        c[rng() % c.size()] = static_cast<std::uint8_t>(rng());
+        const CodecError ra = e3m0_decode(c, da, p, Impl::portable);
+        ASSERT_EQ(ra, e3m0_decode(c, db, p, Impl::best));
+        if (ra == CodecError::ok) {
+          ASSERT_TRUE(same_bits(da, db));
+        }
+      }
+      if (!x.empty()) {
+        Floats z = x;
+        z[z.size() / 2] = kNaN;
+        EXPECT_EQ(e3m0_encode(z, a, p, Impl::portable), CodecError::not_finite);
+        EXPECT_EQ(e3m0_encode(z, b, p, Impl::best), CodecError::not_finite);
+      }
+    }
+  }
+}
+
 // --- top-k -----------------------------------------------------------------------------------
 
 // Reference: indices of the kc largest |x| (ties: lower index), ascending.
@@ -603,6 +682,63 @@ TEST(TopK, RejectsMalformedMessages) {
     // e.g. 251, decode against the receiver's n, with indices checked against that n.)
     Floats wrong(350);
     EXPECT_EQ(c.decode(msg, wrong), CodecError::size_mismatch);
+  }
+}
+
+TEST(TopK, PortableAndSimdBitIdentical) {
+  if (!simd_available()) GTEST_SKIP() << "no AVX2/F16C on this CPU";
+  for (bool two_bit : {false, true}) {
+    for (auto [chunk, k] : {std::pair<std::uint32_t, std::uint32_t>{4096, 64},
+                            {4096, 1},
+                            {4096, 1000},
+                            {4097, 64},
+                            {100, 7},
+                            {100, 99},
+                            {9, 2},
+                            {7, 3},
+                            {16, 40},
+                            {65536, 3}}) {
+      const TopKCodec c{.chunk = chunk, .k = k, .two_bit = two_bit};
+      for (const auto& x : selection_datasets()) {
+        SCOPED_TRACE(testing::Message() << "chunk " << chunk << " k " << k << " 2bit " << two_bit
+                                        << " n " << x.size());
+        Floats ea = x, eb = x;
+        Bytes a(c.encoded_size(x.size())), b(a.size());
+        ASSERT_EQ(detail::topk_encode(c, ea, a, Impl::portable), CodecError::ok);
+        ASSERT_EQ(detail::topk_encode(c, eb, b, Impl::best), CodecError::ok);
+        ASSERT_EQ(a, b);
+        ASSERT_TRUE(same_bits(ea, eb));
+        // The selection matches the reference (kc largest |x|, ties to the lower index).
+        std::size_t off = 0;
+        for (std::size_t base = 0; base < x.size(); base += chunk) {
+          const auto len =
+              static_cast<std::uint32_t>(std::min<std::size_t>(chunk, x.size() - base));
+          const std::uint32_t kc = std::min(k, len);
+          const auto want = ref_topk(x.data() + base, len, kc);
+          const std::size_t idx_off = two_bit ? off + 4 + (kc + 3) / 4 : off + 4 * kc;
+          for (std::uint32_t j = 0; j < kc; ++j) {
+            std::uint16_t i;
+            std::memcpy(&i, b.data() + idx_off + 2 * j, 2);
+            ASSERT_EQ(i, want[j]) << "chunk at " << base;
+          }
+          off += two_bit ? 4 + (kc + 3) / 4 + 2 * kc : 6 * kc;
+        }
+      }
+    }
+  }
+}
+
+TEST(TopK, NonFiniteInALaterChunkLeavesEveryChunkUntouched) {
+  for (Impl impl : {Impl::portable, Impl::best}) {
+    for (bool two_bit : {false, true}) {
+      const TopKCodec c{.chunk = 64, .k = 5, .two_bit = two_bit};
+      Floats e = normal(64 * 10 + 3, 71);
+      e[64 * 7 + 9] = kNaN;
+      const Floats before = e;
+      Bytes msg(c.encoded_size(e.size()));
+      EXPECT_EQ(detail::topk_encode(c, e, msg, impl), CodecError::not_finite);
+      EXPECT_TRUE(same_bits(e, before));
+    }
   }
 }
 
