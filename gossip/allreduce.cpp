@@ -95,7 +95,11 @@ void RingAllReduce::start_attempt(Time now) {
   complete_ = false;
   last_heard_pred_ = now;
   last_sent_succ_ = now;
-  if (N == 1) {  // alone: the mean of one
+  if (N == 1) {
+    // Alone. Out of a pair, the partner died: the mean of one is ours. Out of three or more,
+    // losing every other member says more about our own links than theirs: fail, so that the
+    // node re-syncs its state instead of going on with weights nobody else has.
+    if (original_.size() > 2) return fail("lost every other member (isolated?)");
     result_ = input_;
     complete(now);
     return;

@@ -25,7 +25,8 @@
 // messages of other attempts are dropped, and an abort always reaches a peer before the
 // sender's data of the new attempt (one ordered connection per peer). A member named in an
 // abort it receives has been excluded: it fails (the node then re-syncs its state).
-// The op fails after `total_timeout`.
+// The op fails after `total_timeout`, and when a member of a group of three or more is left
+// alone (more likely its own links failed than everyone else's).
 #pragma once
 
 #include <set>

@@ -246,6 +246,23 @@ TEST(RingAllReduce, AMalformedChunkGetsItsSenderSuspected) {
   EXPECT_EQ(r2.suspects().count(ids[0]), 1u);
 }
 
+TEST(RingAllReduce, AMemberLeftAloneOutOfThreeFailsButOneOfAPairGoesOn) {
+  AllReduceOptions o;
+  o.chunk_values = 256;
+  for (std::size_t N : {2u, 3u}) {
+    std::vector<NodeId> ids(N);
+    for (std::size_t i = 0; i < N; ++i) ids[i][0] = static_cast<std::uint8_t>(i + 1);
+    RingAllReduce r(op_of(4), ids[0], ids, std::vector<float>(512, 1.0f), o, dht::Time(0));
+    for (std::size_t i = 1; i < N; ++i) r.on_peer_failed(ids[i], dht::Time(1));
+    if (N == 2) {
+      EXPECT_EQ(r.status(), OpStatus::done);
+      EXPECT_EQ(r.result(), std::vector<float>(512, 1.0f));
+    } else {
+      EXPECT_EQ(r.status(), OpStatus::failed);
+    }
+  }
+}
+
 TEST(RingAllReduce, GivesUpAtTheTotalTimeout) {
   AllReduceOptions o;
   o.chunk_values = 256;
