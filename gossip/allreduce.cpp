@@ -136,7 +136,7 @@ void RingAllReduce::send_chunk(Phase ph, std::size_t s, std::size_t c,
 }
 
 void RingAllReduce::on_message(const NodeId& from, const Message& m, Time now) {
-  if (finished()) return;
+  if (finished() || m.h.op != op_) return;
   if (std::find(original_.begin(), original_.end(), from) == original_.end()) return;
   if (m.h.kind == MsgKind::abort) {
     if (std::find(m.h.suspects.begin(), m.h.suspects.end(), self_) != m.h.suspects.end()) {

@@ -102,7 +102,7 @@ void GroupExchange::drop(const NodeId& peer, Incoming& in, std::string why) {
 
 void GroupExchange::on_message(const NodeId& from, const Message& m, Time now) {
   auto it = peers_.find(from);
-  if (finished_ || it == peers_.end()) return;
+  if (finished_ || it == peers_.end() || m.h.op != op_) return;
   Incoming& in = it->second;
   if (in.state != Incoming::receiving) return;
   in.last_heard = now;

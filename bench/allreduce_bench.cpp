@@ -1,0 +1,271 @@
+// allreduce_bench: grove-node's ring all-reduce (gossip::RingAllReduce on GossipRuntime over the
+// encrypted transport) between N processes on this machine, side by side with Gloo's ring
+// all-reduce (torch.distributed, gloo backend, bench/gloo_allreduce.py) on the same sizes in the
+// same run; prints each median time and the ratio grove / gloo.
+//
+//   allreduce_bench [--procs 2,4] [--sizes 4M,64M,256M] [--reps 3] [--codec fp16|bf16|fp32]
+//                   [--chunk VALUES] [--no-gloo]
+// Each child process runs one Host + GossipRuntime; the parent hands out the member list and
+// starts every rep at once over pipes. A rep's time is the slowest member's (start to result),
+// and every member must end with the same result (its BLAKE2b is compared).
+#include <cstring>
+#include <map>
+#include <sstream>
+
+#include <spdlog/spdlog.h>
+
+#include "bench/bench_common.hpp"
+#include "gossip/allreduce.hpp"
+#include "gossip/runtime.hpp"
+
+namespace {
+
+using namespace grove;
+using bench::Pipe;
+using transport::Duration;
+
+struct Options {
+  std::vector<std::size_t> procs{2, 4};
+  std::vector<std::uint64_t> sizes{4u << 20, 64u << 20, 256u << 20};
+  int reps = 3;
+  gossip::WireCodec codec = gossip::WireCodec::fp16;
+  bool gloo = true;
+  std::size_t chunk_values = gossip::AllReduceOptions{}.chunk_values;
+};
+
+[[noreturn]] void usage(const char* argv0, const std::string& why) {
+  if (!why.empty()) std::fprintf(stderr, "allreduce_bench: %s\n", why.c_str());
+  std::fprintf(stderr,
+               "usage: %s [--procs 2,4] [--sizes 4M,64M,256M] [--reps 3] "
+               "[--codec fp16|bf16|fp32] [--chunk VALUES] [--no-gloo]\n",
+               argv0);
+  std::exit(2);
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string item; std::getline(ss, item, sep);)
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+// ---- child: one member -------------------------------------------------------------------------
+
+int child(int in_fd, int out_fd, std::size_t rank, const Options& opt) {
+  bench::HostThread ht;
+  transport::HostOptions ho;
+  auto& host = ht.create(transport::Identity::generate(), ho);
+  auto rt = gossip::GossipRuntime::create(ht.host_ptr());
+  host.start();
+  ht.run();
+  bench::write_all(out_fd, "member " + transport::to_hex(host.id()) + " " + host.address() + "\n");
+  std::vector<gossip::NodeId> ring;
+  std::map<gossip::NodeId, std::string> addresses;
+  for (;;) {
+    auto line = bench::read_line(in_fd, Duration(60000));
+    if (!line) return 3;
+    if (*line == "end") break;
+    const auto f = split(*line, ' ');
+    if (f.size() != 3) return 3;
+    gossip::NodeId id{};
+    for (std::size_t i = 0; i < id.size(); ++i)
+      id[i] = static_cast<std::uint8_t>(std::stoi(f[1].substr(2 * i, 2), nullptr, 16));
+    ring.push_back(id);
+    addresses[id] = f[2];
+  }
+  for (;;) {
+    auto line = bench::read_line(in_fd, Duration(600000));
+    if (!line || *line == "quit") break;
+    const auto f = split(*line, ' ');  // go <bytes> <rep>
+    if (f.size() != 3 || f[0] != "go") return 3;
+    const std::uint64_t bytes = std::stoull(f[1]);
+    const int rep = std::stoi(f[2]);
+    std::vector<float> input(bytes / 4);
+    std::uint32_t x = static_cast<std::uint32_t>(rank * 7919 + rep + 1);
+    for (auto& v : input) {  // cheap pseudo-random values in [-0.01, 0.01)
+      x = x * 1664525u + 1013904223u;
+      v = (static_cast<float>(x >> 8) / 16777216.0f - 0.5f) * 0.02f;
+    }
+    gossip::OpId op{};
+    std::memcpy(op.data(), &bytes, 8);
+    op[8] = static_cast<std::uint8_t>(rep);
+    gossip::AllReduceOptions o;
+    o.codec = opt.codec;
+    o.chunk_values = opt.chunk_values;
+    std::promise<std::unique_ptr<gossip::Protocol>> done;
+    auto fut = done.get_future();
+    const auto t0 = transport::Clock::now();
+    rt->start(std::make_unique<gossip::RingAllReduce>(op, host.id(), ring, std::move(input), o,
+                                                      gossip::GossipRuntime::now()),
+              addresses,
+              [&done](std::unique_ptr<gossip::Protocol> p) { done.set_value(std::move(p)); });
+    auto p = fut.get();
+    const double secs = bench::seconds_between(t0, transport::Clock::now());
+    auto& r = static_cast<gossip::RingAllReduce&>(*p);
+    const auto h = transport::blake2b_256(
+        {reinterpret_cast<const std::uint8_t*>(r.result().data()), r.result().size() * 4});
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "t %.6f %s %s\n", secs, gossip::to_string(r.status()),
+                  transport::to_hex(h).substr(0, 16).c_str());
+    bench::write_all(out_fd, buf);
+  }
+  ht.stop(Duration(5000));
+  return 0;
+}
+
+// ---- parent ------------------------------------------------------------------------------------
+
+struct Child {
+  pid_t pid = -1;
+  Pipe to, from;
+};
+
+// Runs grove's all-reduce over `n` processes for every size; returns median seconds per size
+// (negative when a run failed).
+std::vector<double> run_grove(std::size_t n, const Options& opt) {
+  std::vector<Child> kids(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    kids[i].to = Pipe::make();
+    kids[i].from = Pipe::make();
+    std::fflush(nullptr);
+    const pid_t pid = bench::fork_bound_child();
+    if (pid == 0) {
+      Pipe::close_fd(kids[i].to.w);
+      Pipe::close_fd(kids[i].from.r);
+      ::_exit(child(kids[i].to.r, kids[i].from.w, i, opt));
+    }
+    kids[i].pid = pid;
+    Pipe::close_fd(kids[i].to.r);
+    Pipe::close_fd(kids[i].from.w);
+  }
+  std::string members;
+  for (auto& k : kids) {
+    auto line = bench::read_line(k.from.r, Duration(30000));
+    if (!line) usage("allreduce_bench", "a member did not start");
+    members += *line + "\n";
+  }
+  for (auto& k : kids) bench::write_all(k.to.w, members + "end\n");
+  std::vector<double> medians;
+  for (const auto bytes : opt.sizes) {
+    std::vector<double> times;
+    bool ok = true;
+    for (int rep = 0; rep <= opt.reps && ok; ++rep) {  // rep 0 warms up
+      for (auto& k : kids)
+        bench::write_all(k.to.w, "go " + std::to_string(bytes) + " " + std::to_string(rep) + "\n");
+      double worst = 0;
+      std::string hash;
+      for (auto& k : kids) {
+        auto line = bench::read_line(k.from.r, Duration(600000));
+        const auto f = line ? split(*line, ' ') : std::vector<std::string>{};
+        if (f.size() != 4 || f[2] != "done") {
+          std::fprintf(stderr, "allreduce_bench: a member failed: %s\n",
+                       line ? line->c_str() : "(no answer)");
+          ok = false;
+          break;
+        }
+        worst = std::max(worst, std::stod(f[1]));
+        if (!hash.empty() && hash != f[3]) {
+          std::fprintf(stderr, "allreduce_bench: members disagree on the result\n");
+          ok = false;
+        }
+        hash = f[3];
+      }
+      if (rep > 0) times.push_back(worst);
+    }
+    medians.push_back(ok ? bench::median(times) : -1.0);
+  }
+  for (auto& k : kids) {
+    bench::write_all(k.to.w, "quit\n");
+    Pipe::close_fd(k.to.w);
+  }
+  for (auto& k : kids) {
+    bench::reap_child_within(k.pid, Duration(10000));
+    Pipe::close_fd(k.from.r);
+  }
+  return medians;
+}
+
+std::map<std::uint64_t, double> run_gloo(std::size_t n, const Options& opt) {
+  std::map<std::uint64_t, double> out;
+  std::string cmd = "/usr/bin/python3 " GROVE_SOURCE_DIR "/bench/gloo_allreduce.py " +
+                    std::to_string(n) + " " + std::to_string(opt.reps) + " " +
+                    std::to_string(29500 + (::getpid() % 400) + n) + " ";
+  for (auto s : opt.sizes) cmd += std::to_string(s) + " ";
+  cmd += "2>/dev/null";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return out;
+  char line[256];
+  while (std::fgets(line, sizeof line, p)) {
+    unsigned long long size = 0;
+    unsigned procs = 0;
+    double secs = 0;
+    if (std::sscanf(line, "gloo %u %llu %lf", &procs, &size, &secs) == 3) out[size] = secs;
+  }
+  ::pclose(p);
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options opt;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) usage(argv[0], a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--procs") {
+      opt.procs.clear();
+      for (auto& s : split(next(), ',')) {
+        const auto v = std::strtoull(s.c_str(), nullptr, 10);
+        if (v < 1 || v > 64) usage(argv[0], "--procs: each value must be 1..64");
+        opt.procs.push_back(v);
+      }
+    } else if (a == "--sizes") {
+      opt.sizes.clear();
+      for (auto& s : split(next(), ',')) {
+        auto v = bench::parse_size(s);
+        if (!v || *v < 4 || *v % 4) usage(argv[0], "--sizes: bad size " + s);
+        opt.sizes.push_back(*v);
+      }
+    } else if (a == "--reps") {
+      opt.reps = std::atoi(next().c_str());
+      if (opt.reps < 1) usage(argv[0], "--reps must be >= 1");
+    } else if (a == "--codec") {
+      const auto c = gossip::parse_codec(next());
+      if (!c || *c == gossip::WireCodec::e3m0) usage(argv[0], "--codec: fp32, fp16 or bf16");
+      opt.codec = *c;
+    } else if (a == "--chunk") {
+      const auto v = bench::parse_size(next());
+      if (!v || *v == 0 || *v % 256 || *v > (4u << 20))
+        usage(argv[0], "--chunk: values per message, a multiple of 256 up to 4M");
+      opt.chunk_values = *v;
+    } else if (a == "--no-gloo") {
+      opt.gloo = false;
+    } else {
+      usage(argv[0], "unknown option " + a);
+    }
+  }
+  spdlog::set_level(spdlog::level::warn);
+  std::printf(
+      "all-reduce, grove-node (%s on the wire, encrypted) vs Gloo (fp32), median of %d,\n"
+      "time of the slowest member; all processes share this machine's %u cores\n",
+      gossip::to_string(opt.codec), opt.reps, std::thread::hardware_concurrency());
+  std::printf("  %5s %10s %12s %12s %10s\n", "procs", "size", "grove s", "gloo s", "grove/gloo");
+  int rc = 0;
+  for (auto n : opt.procs) {
+    const auto grove = run_grove(n, opt);
+    const auto gloo = opt.gloo ? run_gloo(n, opt) : std::map<std::uint64_t, double>{};
+    for (std::size_t i = 0; i < opt.sizes.size(); ++i) {
+      const auto g = gloo.count(opt.sizes[i]) ? gloo.at(opt.sizes[i]) : -1.0;
+      if (grove[i] < 0) rc = 1;
+      std::printf(
+          "  %5zu %10s %12.3f %12.3f %10s\n", n, bench::human_bytes(opt.sizes[i]).c_str(), grove[i],
+          g,
+          g > 0 && grove[i] > 0 ? (std::to_string(grove[i] / g).substr(0, 5) + "x").c_str() : "-");
+    }
+  }
+  return rc;
+}
