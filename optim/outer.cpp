@@ -152,11 +152,20 @@ void overlap_mix(std::span<float> theta_local, std::span<float> phi, std::span<c
 }
 
 bool all_finite(std::span<const float> x) {
-  // Branch-free accumulation so the loop vectorises; any NaN/Inf makes the sum non-finite
-  // only via x - x (NaN for Inf and NaN, 0 otherwise).
-  float acc = 0.0f;
-  for (float v : x) acc += v - v;
-  return acc == 0.0f;
+  // On the bit patterns: a value is NaN or Inf exactly when its exponent bits are all ones.
+  // Integer ops reassociate freely, so this vectorises (a float sum would be one serial chain).
+  constexpr std::uint32_t kExp = 0x7f800000u;
+  for (std::size_t b = 0; b < x.size(); b += 4096) {  // blocks: stop early on a bad value
+    const std::size_t e = std::min(x.size(), b + 4096);
+    std::uint32_t bad = 0;
+    for (std::size_t i = b; i < e; ++i) {
+      std::uint32_t u;
+      std::memcpy(&u, &x[i], 4);
+      bad |= static_cast<std::uint32_t>((u & kExp) == kExp);
+    }
+    if (bad) return false;
+  }
+  return true;
 }
 
 // ---- serialisation ----
