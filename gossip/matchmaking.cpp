@@ -1,0 +1,192 @@
+#include "gossip/matchmaking.hpp"
+
+#include <algorithm>
+#include <msgpack.hpp>
+
+#include <spdlog/spdlog.h>
+
+#include "dht/membership.hpp"
+#include "transport/crypto.hpp"
+#include "transport/frame.hpp"
+
+namespace grove::gossip {
+
+using transport::errc;
+
+std::vector<std::uint8_t> encode_ready(const ReadyInfo& r) {
+  msgpack::sbuffer sb;
+  msgpack::packer<msgpack::sbuffer> pk(sb);
+  pk.pack_array(4);
+  pk.pack(r.addresses);
+  pk.pack(r.run_id);
+  pk.pack(r.round);
+  pk.pack(r.window);
+  return {reinterpret_cast<const std::uint8_t*>(sb.data()),
+          reinterpret_cast<const std::uint8_t*>(sb.data()) + sb.size()};
+}
+
+transport::Result<ReadyInfo> decode_ready(std::span<const std::uint8_t> value) {
+  auto oh = transport::unpack_bounded(
+      value, {.array = 8, .map = 0, .str = 256, .bin = 0, .ext = 0, .depth = 2});
+  if (!oh) return oh.error();
+  const auto& o = oh->get();
+  if (o.type != msgpack::type::ARRAY || o.via.array.size != 4) return errc::malformed;
+  const auto* a = o.via.array.ptr;
+  ReadyInfo r;
+  if (a[0].type != msgpack::type::ARRAY || a[0].via.array.size > 8) return errc::malformed;
+  for (std::uint32_t i = 0; i < a[0].via.array.size; ++i) {
+    const auto& s = a[0].via.array.ptr[i];
+    if (s.type != msgpack::type::STR) return errc::malformed;
+    r.addresses.emplace_back(s.via.str.ptr, s.via.str.size);
+  }
+  if (a[1].type != msgpack::type::STR || a[2].type != msgpack::type::POSITIVE_INTEGER ||
+      a[3].type != msgpack::type::POSITIVE_INTEGER)
+    return errc::malformed;
+  r.run_id.assign(a[1].via.str.ptr, a[1].via.str.size);
+  r.round = a[2].via.u64;
+  r.window = a[3].via.u64;
+  return r;
+}
+
+dht::Key ready_key(const std::string& run_id, std::uint64_t window) {
+  return dht::key_of("grove/run/" + run_id + "/ready/" + std::to_string(window));
+}
+
+namespace {
+transport::Hash256 order_hash(const std::string& run_id, std::uint64_t window, const NodeId& id) {
+  transport::Blake2b256 h;
+  const std::string tag = "grove-match-v1/" + run_id + "/" + std::to_string(window) + "/";
+  h.update({reinterpret_cast<const std::uint8_t*>(tag.data()), tag.size()});
+  h.update(id);
+  return h.final();
+}
+}  // namespace
+
+std::vector<std::vector<NodeId>> make_groups(const std::string& run_id, std::uint64_t window,
+                                             std::vector<NodeId> ids) {
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  std::vector<std::pair<transport::Hash256, NodeId>> keyed;
+  for (const auto& id : ids) keyed.emplace_back(order_hash(run_id, window, id), id);
+  std::sort(keyed.begin(), keyed.end());
+  std::vector<std::vector<NodeId>> groups;
+  for (std::size_t i = 0; i + 1 < keyed.size(); i += 2)
+    groups.push_back({keyed[i].second, keyed[i + 1].second});
+  if (keyed.size() % 2) {
+    if (groups.empty())
+      groups.push_back({keyed.back().second});
+    else
+      groups.back().push_back(keyed.back().second);
+  }
+  return groups;
+}
+
+OpId group_op(const std::string& run_id, std::uint64_t window, std::vector<NodeId> group) {
+  std::sort(group.begin(), group.end());
+  transport::Blake2b256 h;
+  const std::string tag = "grove-group-v1/" + run_id + "/" + std::to_string(window) + "/";
+  h.update({reinterpret_cast<const std::uint8_t*>(tag.data()), tag.size()});
+  for (const auto& id : group) h.update(id);
+  const auto d = h.final();
+  OpId op;
+  std::copy_n(d.begin(), op.size(), op.begin());
+  return op;
+}
+
+Matchmaker::Matchmaker(dht::DhtNode& dht, std::string run_id, MatchOptions opts)
+    : dht_(dht), run_id_(std::move(run_id)), opts_(opts) {
+  if (!dht::valid_run_id(run_id_)) throw transport::ConfigError("invalid run id: " + run_id_);
+  if (opts_.window <= Time(0)) throw transport::ConfigError("matchmaking window must be > 0");
+}
+
+void Matchmaker::ready(std::uint64_t round, std::vector<std::string> addresses, Time now,
+                       std::function<void(MatchResult)> done) {
+  round_ = round;
+  done_ = std::move(done);
+  addresses_ = std::move(addresses);
+  first_ready_ = now;
+  window_ = 0;
+  publish(now);
+}
+
+void Matchmaker::publish(Time now) {
+  ++attempt_;
+  const auto w = opts_.window.count();
+  window_ =
+      std::max(window_ + 1, static_cast<std::uint64_t>((now + opts_.min_lead).count() + w - 1) /
+                                static_cast<std::uint64_t>(w));
+  const Time close{static_cast<std::int64_t>(window_) * w};
+  read_at_ = close + opts_.settle;
+  give_up_at_ = read_at_ + opts_.read_timeout;
+  state_ = State::waiting;
+  ReadyInfo info;
+  info.addresses = addresses_;
+  info.run_id = run_id_;
+  info.round = round_;
+  info.window = window_;
+  // seq = window: a later window's record replaces an earlier one in our slot.
+  dht_.put_signed(ready_key(run_id_, window_), "ready", window_, close + 4 * opts_.window,
+                  encode_ready(info), now);
+}
+
+void Matchmaker::on_timer(Time now) {
+  if (state_ == State::waiting && now >= read_at_) {
+    state_ = State::reading;
+    const std::uint64_t attempt = attempt_;
+    dht_.get(ready_key(run_id_, window_), now,
+             [this, attempt](dht::GetResult r) { on_read(attempt, std::move(r)); });
+    return;
+  }
+  if (state_ == State::reading && now >= give_up_at_) {
+    MatchResult r;
+    r.window = window_;
+    r.group = {dht_.id()};
+    r.note = "the read of the ready records timed out";
+    finish(std::move(r));
+  }
+}
+
+std::optional<Time> Matchmaker::next_deadline() const {
+  if (state_ == State::waiting) return read_at_;
+  if (state_ == State::reading) return give_up_at_;
+  return std::nullopt;
+}
+
+void Matchmaker::on_read(std::uint64_t attempt, dht::GetResult res) {
+  if (attempt != attempt_ || state_ != State::reading) return;
+  MatchResult r;
+  r.window = window_;
+  std::vector<NodeId> ids;
+  for (const auto& rec : res.records) {
+    if (ids.size() >= opts_.max_ready) break;
+    if (rec.subkey != "ready") continue;
+    auto info = decode_ready(rec.value);
+    if (!info || info->run_id != run_id_ || info->window != window_) continue;
+    const NodeId id = rec.owner_id();
+    if (id != dht_.id() && live_ && !live_(id)) continue;  // stale or departed member
+    ids.push_back(id);
+    if (!info->addresses.empty()) r.addresses[id] = info->addresses.front();
+  }
+  r.ready_seen = ids.size();
+  r.group = {dht_.id()};
+  if (std::find(ids.begin(), ids.end(), dht_.id()) == ids.end()) {
+    r.note = "our own ready record was not found";
+  } else {
+    for (auto& g : make_groups(run_id_, window_, ids))
+      if (std::find(g.begin(), g.end(), dht_.id()) != g.end()) r.group = g;
+    if (r.group.size() == 1) {
+      const Time now = dht_.now();
+      if (now + opts_.window - first_ready_ <= opts_.patience) return publish(now);  // next window
+      r.note = "nobody else was ready in this window";
+    }
+  }
+  finish(std::move(r));
+}
+
+void Matchmaker::finish(MatchResult r) {
+  state_ = State::idle;
+  ++attempt_;
+  if (auto done = std::exchange(done_, nullptr)) done(std::move(r));
+}
+
+}  // namespace grove::gossip

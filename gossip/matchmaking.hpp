@@ -1,0 +1,108 @@
+// Matchmaking through the DHT, without a coordinator or a global barrier.
+//
+// Time is cut into windows of `window` (wall clock, the DHT's record time). A node that has
+// finished its inner steps declares itself ready for the first window that closes at least
+// `min_lead` from now: it stores a signed ready record (its addresses, run, round, window) under
+// key("grove/run/<run>/ready/<window>"). When the window has closed and `settle` more has passed,
+// it reads that key (visiting the k closest nodes, so every writer is seen) and keeps the
+// records of this run and window whose owners pass the live filter (the membership view: no
+// stale or departed member). Every node that reads the same set computes the same groups:
+//   members ordered by BLAKE2b-256(run ‖ window ‖ id), taken two at a time; an odd one out joins
+//   the last pair (a group of three).
+// The order changes with every window, so partners are random and different every round. A node
+// that finds nobody else tries the next windows for up to `patience`, then (or when its read
+// fails or exceeds `read_timeout`) gets a group of one: the local-only step. A node 3× slower than
+// the others simply lands in whichever window it is ready for and pairs with whoever is ready
+// there; nobody waits longer than window + settle + read for it. When two nodes read different sets
+// (records still spreading) their groups may disagree; the exchange then finds no partner and times
+// out to local-only. Sans-IO like Membership: it drives a DhtNode with the times it is given.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dht/node.hpp"
+#include "gossip/protocol.hpp"
+
+namespace grove::gossip {
+
+struct MatchOptions {
+  Time window{10'000};
+  Time min_lead{2'000};  ///< a ready record must be out this long before its window closes
+  Time settle{1'500};    ///< after the close: time for records to spread before the read
+  Time read_timeout{8'000};
+  /// A node left alone in its window tries the following windows while it has been waiting for
+  /// less than this (0 = one window only). Others are not held up: they pair in their own
+  /// windows; this lets an off-beat node (a slow one) wait for the others' next window. Nodes
+  /// that finish together cluster in one window per round, so about one round time of the
+  /// fast nodes lets a slow node pair nearly every time (the node sets it from its round time).
+  Time patience{60'000};
+  std::size_t max_ready = 4096;  ///< records considered per window
+};
+
+struct ReadyInfo {
+  NodeId id{};  ///< the record's owner (not encoded: the signature proves it)
+  std::vector<std::string> addresses;
+  std::string run_id;
+  std::uint64_t round = 0;
+  std::uint64_t window = 0;
+  friend bool operator==(const ReadyInfo&, const ReadyInfo&) = default;
+};
+/// Ready record value: msgpack [addresses, run_id, round, window]; decoding is bounded.
+std::vector<std::uint8_t> encode_ready(const ReadyInfo& r);
+transport::Result<ReadyInfo> decode_ready(std::span<const std::uint8_t> value);
+dht::Key ready_key(const std::string& run_id, std::uint64_t window);
+
+/// The groups of a window: deterministic in (run, window, set of ids).
+std::vector<std::vector<NodeId>> make_groups(const std::string& run_id, std::uint64_t window,
+                                             std::vector<NodeId> ids);
+
+/// The op id of a group's exchange in a window (the same on every member).
+OpId group_op(const std::string& run_id, std::uint64_t window, std::vector<NodeId> group);
+
+struct MatchResult {
+  std::uint64_t window = 0;
+  std::vector<NodeId> group;  ///< our group, ourselves included; size 1 = no partner
+  std::map<NodeId, std::string> addresses;
+  std::size_t ready_seen = 0;  ///< ready records of this window that passed the checks
+  std::string note;            ///< why the group is of one, when it is
+};
+
+class Matchmaker {
+ public:
+  /// `run_id` must be valid (dht::valid_run_id; ConfigError otherwise).
+  Matchmaker(dht::DhtNode& dht, std::string run_id, MatchOptions opts);
+
+  /// Only members for which this returns true are paired (the live membership view).
+  void set_live_filter(std::function<bool(const NodeId&)> f) { live_ = std::move(f); }
+  /// Declares us ready for `round` now; `done` runs once with the group (from on_timer or a DHT
+  /// callback). A second ready() before the first finished replaces it.
+  void ready(std::uint64_t round, std::vector<std::string> addresses, Time now,
+             std::function<void(MatchResult)> done);
+  bool busy() const { return state_ != State::idle; }
+
+  void on_timer(Time now);
+  std::optional<Time> next_deadline() const;
+
+ private:
+  enum class State { idle, waiting, reading };
+  void finish(MatchResult r);
+  void on_read(std::uint64_t attempt, dht::GetResult res);
+  void publish(Time now);
+
+  dht::DhtNode& dht_;
+  std::string run_id_;
+  MatchOptions opts_;
+  std::function<bool(const NodeId&)> live_;
+  State state_ = State::idle;
+  std::uint64_t attempt_ = 0;
+  std::uint64_t round_ = 0, window_ = 0;
+  Time read_at_{0}, give_up_at_{0}, first_ready_{0};
+  std::vector<std::string> addresses_;
+  std::function<void(MatchResult)> done_;
+};
+
+}  // namespace grove::gossip

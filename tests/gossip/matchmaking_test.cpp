@@ -1,0 +1,200 @@
+// Matchmaking through a simulated DHT swarm: consistent groups, random partners, odd nodes in
+// threes, no waiting for slow nodes, no stale partners.
+#include "gossip/matchmaking.hpp"
+
+#include <set>
+
+#include "tests/dht/swarm_util.hpp"
+
+namespace grove::gossip {
+namespace {
+
+using dht::test::grow;
+using dht::test::sim_options;
+using sim::DhtNetwork;
+using sim::LinkModel;
+
+NodeId id_n(int i) {
+  NodeId id{};
+  id[0] = static_cast<std::uint8_t>(i);
+  id[1] = static_cast<std::uint8_t>(i >> 8);
+  return id;
+}
+
+TEST(Matchmaking, GroupsArePairsPlusOneTrioAndChangeEveryWindow) {
+  for (int n : {1, 2, 3, 7, 10}) {
+    std::vector<NodeId> ids;
+    for (int i = 0; i < n; ++i) ids.push_back(id_n(i));
+    const auto g = make_groups("run", 5, ids);
+    std::set<NodeId> seen;
+    std::size_t trios = 0;
+    for (const auto& grp : g) {
+      EXPECT_TRUE(grp.size() == 2 || grp.size() == 3 || n == 1);
+      trios += grp.size() == 3;
+      for (const auto& id : grp) EXPECT_TRUE(seen.insert(id).second);
+    }
+    EXPECT_EQ(seen.size(), static_cast<std::size_t>(n));
+    EXPECT_EQ(trios, n > 1 && n % 2 ? 1u : 0u);
+    auto shuffled = ids;
+    std::reverse(shuffled.begin(), shuffled.end());
+    EXPECT_EQ(make_groups("run", 5, shuffled), g);  // input order does not matter
+  }
+  std::vector<NodeId> ids;
+  for (int i = 0; i < 10; ++i) ids.push_back(id_n(i));
+  std::set<std::vector<std::vector<NodeId>>> distinct;
+  for (std::uint64_t w = 0; w < 10; ++w) distinct.insert(make_groups("run", w, ids));
+  EXPECT_GE(distinct.size(), 9u);
+  EXPECT_NE(make_groups("run", 1, ids), make_groups("other-run", 1, ids));
+  EXPECT_EQ(group_op("run", 1, {id_n(1), id_n(2)}), group_op("run", 1, {id_n(2), id_n(1)}));
+  EXPECT_NE(group_op("run", 1, {id_n(1), id_n(2)}), group_op("run", 2, {id_n(1), id_n(2)}));
+}
+
+TEST(Matchmaking, ReadyRecordRoundTripsAndRejectsTruncation) {
+  ReadyInfo r{{}, {"10.0.0.1:4000"}, "run-x", 42, 1234567};
+  auto d = decode_ready(encode_ready(r));
+  ASSERT_TRUE(d);
+  EXPECT_EQ(*d, r);
+  const auto bytes = encode_ready(r);
+  for (std::size_t n = 0; n < bytes.size(); ++n)
+    EXPECT_FALSE(decode_ready(std::span(bytes).first(n)));
+}
+
+// Trainers on a simulated swarm: each computes for its own round time, then matchmakes, then
+// starts the next round as soon as it has its group (the exchange itself is not simulated here).
+struct Trainers {
+  DhtNetwork net{31, LinkModel{Time(30), Time(10), 0.0}, sim_options()};
+  std::mt19937_64 rng{5};
+  MatchOptions mo;
+  std::vector<std::unique_ptr<Matchmaker>> mm;
+  std::vector<Time> round_time, next_ready;
+  std::mt19937 jitter{11};  // compute time varies by +-10% from round to round
+  std::vector<std::uint64_t> rounds;
+  struct Outcome {
+    std::size_t node;
+    Time ready, got;
+    MatchResult r;
+  };
+  std::vector<Outcome> outcomes;
+  std::vector<Time> ready_at;
+
+  Trainers(std::size_t dht_nodes, std::vector<Time> per_round) : round_time(per_round) {
+    mo.window = Time(5000);
+    mo.min_lead = Time(1000);
+    mo.settle = Time(1500);
+    mo.read_timeout = Time(5000);
+    mo.patience = Time(30'000);  // about one round of the fast nodes
+    grow(net, dht_nodes, rng, 2);
+    net.run_for(Time(5000));
+    for (std::size_t i = 0; i < per_round.size(); ++i) {
+      mm.push_back(std::make_unique<Matchmaker>(net.node(i), "run-m", mo));
+      next_ready.push_back(net.now() + per_round[i]);
+      rounds.push_back(0);
+      ready_at.push_back(Time::max());
+    }
+  }
+  void run(Time d) {
+    const Time end = net.now() + d;
+    while (net.now() < end) {
+      net.run_for(Time(100));
+      for (std::size_t i = 0; i < mm.size(); ++i) {
+        if (!net.alive(i)) continue;
+        if (!mm[i]->busy() && net.now() >= next_ready[i]) {
+          ready_at[i] = net.now();
+          net.call(i, [&](dht::DhtNode&) {
+            mm[i]->ready(rounds[i], {net.address(i)}, net.now(), [this, i](MatchResult r) {
+              outcomes.push_back({i, ready_at[i], net.now(), r});
+              ++rounds[i];
+              const auto base = round_time[i].count();
+              next_ready[i] =
+                  net.now() +
+                  Time(base * 9 / 10 + static_cast<std::int64_t>(jitter() % (base / 5 + 1)));
+            });
+          });
+        }
+        net.call(i, [&](dht::DhtNode&) { mm[i]->on_timer(net.now()); });
+      }
+    }
+  }
+  NodeId id(std::size_t i) { return net.node(i).id(); }
+};
+
+TEST(Matchmaking, SwarmPairsConsistentlyAndASlowNodeNeverStallsTheOthers) {
+  // Six nodes at 20 s a round, one 3x slower at 60 s, on a 24-node DHT.
+  std::vector<Time> per(6, Time(20'000));
+  per.push_back(Time(60'000));
+  Trainers t(24, per);
+  t.run(Time(400'000));
+  // Both sides of every group agree (same window, same group).
+  std::map<std::pair<std::uint64_t, NodeId>, std::vector<NodeId>> by;
+  for (const auto& o : t.outcomes) {
+    auto g = o.r.group;
+    std::sort(g.begin(), g.end());
+    by[{o.r.window, t.id(o.node)}] = g;
+  }
+  std::size_t paired = 0, slow_rounds = 0, slow_paired = 0;
+  std::map<std::size_t, std::set<NodeId>> partners;
+  // Ready to group: the first window, plus the patience windows, plus the settle and the read.
+  const Time bound = t.mo.min_lead + t.mo.window + t.mo.patience + t.mo.settle + t.mo.read_timeout;
+  for (const auto& o : t.outcomes) {
+    auto g = o.r.group;
+    std::sort(g.begin(), g.end());
+    for (const auto& member : g) {
+      auto it = by.find({o.r.window, member});
+      ASSERT_NE(it, by.end()) << "a partner never got a result for this window";
+      EXPECT_EQ(it->second, g) << "members of a group disagree";
+      if (member != t.id(o.node)) partners[o.node].insert(member);
+    }
+    paired += g.size() > 1;
+    EXPECT_LE(o.got - o.ready, bound) << "node " << o.node << " waited too long";
+    if (o.node < 6)  // the fast nodes never wait for the slow one: one window at most
+      EXPECT_LE(o.got - o.ready, t.mo.min_lead + t.mo.window + t.mo.settle + t.mo.read_timeout);
+    if (o.node == 6) {
+      ++slow_rounds;
+      slow_paired += g.size() > 1;
+    }
+  }
+  // The fast nodes keep their pace: 400 s / (20 s + matchmaking) rounds each.
+  for (std::size_t i = 0; i < 6; ++i) EXPECT_GE(t.rounds[i], 12u) << "node " << i;
+  EXPECT_GE(slow_rounds, 5u);
+  EXPECT_GE(slow_paired + 1, slow_rounds) << "the slow node should average regularly";
+  EXPECT_GE(paired * 10, t.outcomes.size() * 8);
+  for (std::size_t i = 0; i < 6; ++i) EXPECT_GE(partners[i].size(), 3u) << "node " << i;
+  Time worst{0};
+  for (const auto& o : t.outcomes)
+    if (o.node < 6) worst = std::max(worst, o.got - o.ready);
+  std::printf(
+      "matchmaking: %zu results, %zu paired; slow node paired %zu of %zu rounds; fast "
+      "nodes' longest wait %lld ms; fast rounds %llu..%llu\n",
+      t.outcomes.size(), paired, slow_paired, slow_rounds, static_cast<long long>(worst.count()),
+      static_cast<unsigned long long>(*std::min_element(t.rounds.begin(), t.rounds.end() - 1)),
+      static_cast<unsigned long long>(*std::max_element(t.rounds.begin(), t.rounds.end() - 1)));
+}
+
+TEST(Matchmaking, NeverPairsWithAMemberOutsideTheLiveView) {
+  std::vector<Time> per(4, Time(10'000));
+  Trainers t(16, per);
+  const NodeId stale = t.id(3);  // its ready records exist, but the view has dropped it
+  for (std::size_t i = 0; i < 3; ++i)
+    t.mm[i]->set_live_filter([stale](const NodeId& id) { return id != stale; });
+  t.run(Time(120'000));
+  std::size_t checked = 0;
+  for (const auto& o : t.outcomes) {
+    if (o.node == 3) continue;
+    ++checked;
+    EXPECT_EQ(std::count(o.r.group.begin(), o.r.group.end(), stale), 0);
+  }
+  EXPECT_GE(checked, 15u);
+}
+
+TEST(Matchmaking, AloneInAWindowMeansALocalOnlyRound) {
+  Trainers t(8, {Time(10'000)});
+  t.run(Time(40'000));
+  ASSERT_FALSE(t.outcomes.empty());
+  for (const auto& o : t.outcomes) {
+    EXPECT_EQ(o.r.group.size(), 1u);
+    EXPECT_EQ(o.r.note, "nobody else was ready in this window");
+  }
+}
+
+}  // namespace
+}  // namespace grove::gossip
