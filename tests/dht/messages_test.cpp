@@ -39,7 +39,9 @@ TEST(Messages, RoundTripEveryType) {
     EXPECT_EQ(d->type, m.type);
     EXPECT_EQ(d->txid, 42u);
     EXPECT_EQ(d->sender_address, m.sender_address);
-    if (m.type == MsgType::value || m.type == MsgType::nodes) EXPECT_EQ(d->contacts, m.contacts);
+    if (m.type == MsgType::value || m.type == MsgType::nodes) {
+      EXPECT_EQ(d->contacts, m.contacts);
+    }
     if (m.type == MsgType::value || m.type == MsgType::store) {
       ASSERT_EQ(d->records.size(), m.records.size());
       for (std::size_t i = 0; i < m.records.size(); ++i) {
@@ -48,9 +50,15 @@ TEST(Messages, RoundTripEveryType) {
         EXPECT_EQ(d->records[i].expires, m.records[i].expires);
       }
     }
-    if (m.type == MsgType::value) EXPECT_EQ(d->cursor, m.cursor);
-    if (m.type == MsgType::stored) EXPECT_EQ(d->codes, m.codes);
-    if (m.type == MsgType::error) EXPECT_EQ(d->text, "slow down");
+    if (m.type == MsgType::value) {
+      EXPECT_EQ(d->cursor, m.cursor);
+    }
+    if (m.type == MsgType::stored) {
+      EXPECT_EQ(d->codes, m.codes);
+    }
+    if (m.type == MsgType::error) {
+      EXPECT_EQ(d->text, "slow down");
+    }
   }
 }
 

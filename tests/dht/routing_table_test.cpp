@@ -64,7 +64,9 @@ TEST(RoutingTable, ClosestIsSortedAndPrefersHealthy) {
   for (const auto& e : t.entries()) {
     bool in = false;
     for (auto& x : c) in |= x.id == e.contact.id;
-    if (!in) EXPECT_TRUE(closer(target, c.back().id, e.contact.id));
+    if (!in) {
+      EXPECT_TRUE(closer(target, c.back().id, e.contact.id));
+    }
   }
   // A failing entry drops behind healthy ones.
   t.failed(c[0].id);
