@@ -47,9 +47,6 @@ struct AllReduceOptions {
   Time total_timeout{300000};
 };
 
-enum class OpStatus { running, done, failed };
-const char* to_string(OpStatus s);
-
 struct AllReduceStats {
   std::uint64_t bytes_sent = 0, bytes_received = 0;
   std::uint32_t attempts = 1;

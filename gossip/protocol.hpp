@@ -15,6 +15,9 @@ namespace grove::gossip {
 
 using dht::Time;
 
+enum class OpStatus { running, done, failed };
+const char* to_string(OpStatus s);
+
 struct Outgoing {
   NodeId to{};
   Bytes data;

@@ -9,7 +9,10 @@
 //     header and payload;
 //   - everything a core sends decodes, carries the core's op, and goes to a member of its group;
 //   - a finished all-reduce's result and an exchange's means have the tensor's size and are
-//     finite (nothing received can put a NaN into the model).
+//     finite (nothing received can put a NaN into the model);
+//   - selector bit 3 set: the bytes go to the DHT-record and state-sync decoders instead
+//     (decode_ready, decode_offer, decode_state_request, decode_manifest, StateServer::answer and
+//     a StateDownload's response handler); what they accept re-encodes to the same value.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -18,6 +21,8 @@
 
 #include "gossip/allreduce.hpp"
 #include "gossip/exchange.hpp"
+#include "gossip/matchmaking.hpp"
+#include "gossip/state_sync.hpp"
 #include "tests/fuzz/gossip_fuzz.hpp"
 
 namespace {
@@ -40,9 +45,8 @@ struct State {
     o.chunk_values = kChunk;
     std::vector<float> in(kRingValues);
     for (std::size_t i = 0; i < in.size(); ++i) in[i] = 0.001f * static_cast<float>(i % 97);
-    ring = std::make_unique<gossip::RingAllReduce>(op(), peer(1),
-                                                   std::vector{peer(0), peer(1), peer(2)},
-                                                   std::move(in), o, now);
+    ring = std::make_unique<gossip::RingAllReduce>(
+        op(), peer(1), std::vector{peer(0), peer(1), peer(2)}, std::move(in), o, now);
   }
   void fresh_exchange() {
     gossip::ExchangeOptions o;
@@ -50,8 +54,8 @@ struct State {
     o.chunk_values = kChunk;
     std::vector<float> t(kExchangeValues);
     for (std::size_t i = 0; i < t.size(); ++i) t[i] = 0.5f - 0.001f * static_cast<float>(i);
-    exchange = std::make_unique<gossip::GroupExchange>(
-        op(), peer(1), std::vector{peer(1), peer(0)}, std::vector<std::vector<float>>{t}, o, now);
+    exchange = std::make_unique<gossip::GroupExchange>(op(), peer(1), std::vector{peer(1), peer(0)},
+                                                       std::vector<std::vector<float>>{t}, o, now);
   }
 };
 
@@ -79,6 +83,40 @@ void check_results(State& s) {
   }
 }
 
+void records(std::span<const std::uint8_t> bytes) {
+  if (auto r = gossip::decode_ready(bytes))
+    check(gossip::decode_ready(gossip::encode_ready(*r)).value() == *r);
+  if (auto o = gossip::decode_offer(bytes))
+    check(gossip::decode_offer(gossip::encode_offer(*o)).value() == *o);
+  if (auto q = gossip::decode_state_request(bytes)) {
+    auto back = gossip::decode_state_request(gossip::encode_state_request(*q));
+    check(back && back->root == q->root && back->index == q->index);
+  }
+  if (auto m = gossip::decode_manifest(bytes, 64)) {
+    check(m->chunks.size() <= 64);
+    check(gossip::encode_manifest(*m).size() <= bytes.size() + 64);
+  }
+  static const gossip::StateServer server = [] {
+    gossip::StateServer s;
+    s.add(std::make_shared<gossip::StateSnapshot>("fuzz", 1, std::vector<std::uint8_t>(1000, 7),
+                                                  256));
+    return s;
+  }();
+  (void)server.answer(bytes);
+  // A download fed the input as the donor's first answer (the manifest) and as a chunk.
+  auto snap = server.latest();
+  gossip::StateDownload d("fuzz", {{peer(0), "a:1", "fuzz", 1, 1000, snap->root()}}, {}, Time(0));
+  auto reqs = d.take_requests();
+  check(reqs.size() == 1);
+  d.on_response(reqs[0].id, bytes, Time(1));
+  check(d.status() != gossip::OpStatus::done);  // only the real manifest hashes to the root
+  gossip::StateDownload d2("fuzz", {{peer(0), "a:1", "fuzz", 1, 1000, snap->root()}}, {}, Time(0));
+  auto r2 = d2.take_requests();
+  d2.on_response(r2[0].id, snap->manifest_bytes(), Time(1));
+  for (auto& r : d2.take_requests()) d2.on_response(r.id, bytes, Time(2));
+  check(d2.status() != gossip::OpStatus::done || d2.blob() == std::vector<std::uint8_t>(1000, 7));
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -96,6 +134,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (size == 0) return 0;
   const std::uint8_t sel = data[0];
   const std::span<const std::uint8_t> bytes(data + 1, size - 1);
+  if (sel & 8) {
+    records(bytes);
+    return 0;
+  }
   auto m = gossip::decode_message(bytes);
   if (m) {
     const gossip::Bytes again = gossip::encode_message(m->h, m->payload.size());

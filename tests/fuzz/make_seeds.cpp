@@ -6,8 +6,8 @@
 //                     signed records, reply-mode variants, invalid records, malformed messages;
 //   <out>/gossip/     [selector][gossip message] inputs (see gossip_fuzz.hpp): what real ring and
 //                     exchange peers send, control messages, malformed variants.
-// Usage: make_seeds tests/fuzz/corpus [frame|handshake|dht|gossip]...   (no names = all; the committed
-// seeds were made this way; the handshake ones differ on every run since identities and
+// Usage: make_seeds tests/fuzz/corpus [frame|handshake|dht|gossip]...   (no names = all; the
+// committed seeds were made this way; the handshake ones differ on every run since identities and
 // ephemeral keys are random, the others are reproducible).
 #include <sodium.h>
 
@@ -28,6 +28,8 @@
 #include "dht/messages.hpp"
 #include "gossip/allreduce.hpp"
 #include "gossip/exchange.hpp"
+#include "gossip/matchmaking.hpp"
+#include "gossip/state_sync.hpp"
 #include "tests/fuzz/dht_fuzz.hpp"
 #include "tests/fuzz/gossip_fuzz.hpp"
 #include "transport/frame.hpp"
@@ -551,6 +553,17 @@ void gossip_seeds(const fs::path& dir) {
   h.index = 1;
   h.count = gz::kChunk;
   put("ag-zero", 0, g::encode_message(h, 2 * gz::kChunk).span());
+  // DHT-record and state-sync inputs (selector bit 3).
+  auto put_rec = [&](const std::string& name, const std::vector<std::uint8_t>& v) {
+    Buf b{8};
+    b.insert(b.end(), v.begin(), v.end());
+    write(dir, std::to_string(k++) + "-" + name, b, "record");
+  };
+  put_rec("ready", g::encode_ready({{}, {"127.0.0.1:4000"}, "fuzz", 3, 99}));
+  const g::StateSnapshot snap("fuzz", 1, std::vector<std::uint8_t>(1000, 7), 256);
+  put_rec("offer", g::encode_offer({{}, "a:1", "fuzz", 1, 1000, snap.root()}));
+  put_rec("state-request", g::encode_state_request({snap.root(), 2}));
+  put_rec("manifest", snap.manifest_bytes());
   auto bad = g::encode_message(h, 10);
   bad.data()[3] = 0xff;
   put("bad-version", 0, bad.span());
@@ -566,7 +579,8 @@ int main(int argc, char** argv) {
   bool known = argc >= 2;
   for (const auto& n : names) known = known && corpora.count(n);
   if (!known) {
-    std::fprintf(stderr, "usage: %s OUT_DIR [frame|handshake|dht|gossip]...   (e.g. tests/fuzz/corpus)\n",
+    std::fprintf(stderr,
+                 "usage: %s OUT_DIR [frame|handshake|dht|gossip]...   (e.g. tests/fuzz/corpus)\n",
                  argv[0]);
     return 2;
   }

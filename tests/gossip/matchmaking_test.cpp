@@ -146,8 +146,9 @@ TEST(Matchmaking, SwarmPairsConsistentlyAndASlowNodeNeverStallsTheOthers) {
     }
     paired += g.size() > 1;
     EXPECT_LE(o.got - o.ready, bound) << "node " << o.node << " waited too long";
-    if (o.node < 6)  // the fast nodes never wait for the slow one: one window at most
+    if (o.node < 6) {  // the fast nodes never wait for the slow one: one window at most
       EXPECT_LE(o.got - o.ready, t.mo.min_lead + t.mo.window + t.mo.settle + t.mo.read_timeout);
+    }
     if (o.node == 6) {
       ++slow_rounds;
       slow_paired += g.size() > 1;

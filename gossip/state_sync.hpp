@@ -1,0 +1,163 @@
+// State sync for joiners: a live member serves an immutable snapshot of its state (slow
+// weights, outer optimizer state, round, run config, serialised by the node) and a joiner
+// downloads it in verified chunks, from the next donor when one fails.
+//
+// The snapshot is cut into chunks of `chunk_bytes`; its manifest lists the run, the round, the
+// size, the chunk size and the BLAKE2b-256 of every chunk, and its root is the BLAKE2b-256 of the
+// manifest's bytes. The donor announces (round, size, root, address) in a DHT record it signs
+// (dht/record: Ed25519 over the value), so the root is signed by the donor. The joiner:
+//  1. asks the donor for the manifest and checks that it hashes to the signed root and matches
+//     the offer (run, round, size, a chunk count within bounds);
+//  2. asks for chunks, `parallel` at a time, and checks each against the manifest as it arrives;
+//  3. when a request fails, times out (`request_timeout`), or returns a chunk that does not
+//     match, drops that donor and goes on with the next offer. Chunks already verified are kept
+//     when the next donor offers the same root (resume); another root starts over.
+// Serving from the snapshot means the donor keeps training while joiners download. The cores
+// are sans-IO: the joiner's StateDownload emits requests and takes responses and the time; the
+// donor's StateServer answers requests; the node's runtime carries them as RPCs.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "gossip/protocol.hpp"
+
+namespace grove::gossip {
+
+struct StateManifest {
+  std::string run_id;
+  std::uint64_t round = 0;
+  std::uint64_t size = 0;
+  std::uint32_t chunk_bytes = 0;
+  std::vector<Digest> chunks;
+};
+std::vector<std::uint8_t> encode_manifest(const StateManifest& m);
+/// Bounded: at most `max_chunks` chunk hashes.
+transport::Result<StateManifest> decode_manifest(std::span<const std::uint8_t> bytes,
+                                                 std::size_t max_chunks);
+Digest manifest_root(std::span<const std::uint8_t> manifest_bytes);
+
+/// What a donor announces (the value of its signed "state" record).
+struct StateOffer {
+  NodeId donor{};  ///< the record's owner
+  std::string address;
+  std::string run_id;
+  std::uint64_t round = 0;
+  std::uint64_t size = 0;
+  Digest root{};
+  friend bool operator==(const StateOffer&, const StateOffer&) = default;
+};
+std::vector<std::uint8_t> encode_offer(const StateOffer& o);
+transport::Result<StateOffer> decode_offer(std::span<const std::uint8_t> value);
+dht::Key state_key(const std::string& run_id);
+
+/// A request from a joiner: the manifest (index = nullopt) or one chunk of the snapshot `root`.
+struct StateRequest {
+  Digest root{};
+  std::optional<std::uint32_t> index;
+};
+std::vector<std::uint8_t> encode_state_request(const StateRequest& r);
+transport::Result<StateRequest> decode_state_request(std::span<const std::uint8_t> bytes);
+
+/// An immutable snapshot (donor side).
+class StateSnapshot {
+ public:
+  StateSnapshot(std::string run_id, std::uint64_t round, std::vector<std::uint8_t> blob,
+                std::uint32_t chunk_bytes = 4u << 20);
+  const Digest& root() const { return root_; }
+  std::uint64_t round() const { return manifest_.round; }
+  std::uint64_t size() const { return blob_.size(); }
+  const std::vector<std::uint8_t>& manifest_bytes() const { return manifest_bytes_; }
+  std::span<const std::uint8_t> chunk(std::uint32_t i) const;
+  std::uint32_t chunks() const { return static_cast<std::uint32_t>(manifest_.chunks.size()); }
+
+ private:
+  std::vector<std::uint8_t> blob_;
+  StateManifest manifest_;
+  std::vector<std::uint8_t> manifest_bytes_;
+  Digest root_{};
+};
+
+/// Answers joiners' requests from the snapshots it holds (the latest `keep` rounds).
+class StateServer {
+ public:
+  explicit StateServer(std::size_t keep = 2) : keep_(keep) {}
+  void add(std::shared_ptr<const StateSnapshot> s);
+  std::shared_ptr<const StateSnapshot> latest() const;
+  /// The response body, or an error: malformed request, or errc::rejected for a snapshot or
+  /// chunk we do not hold (any more).
+  transport::Result<std::vector<std::uint8_t>> answer(std::span<const std::uint8_t> request) const;
+
+ private:
+  std::size_t keep_;
+  std::vector<std::shared_ptr<const StateSnapshot>> snaps_;  // oldest first
+};
+
+struct StateSyncOptions {
+  std::size_t parallel = 4;  ///< chunk requests in flight
+  Time request_timeout{30'000};
+  std::uint64_t max_size = std::uint64_t{64} << 30;
+  std::uint32_t max_chunk_bytes = 16u << 20;
+  std::size_t max_chunks = 1u << 20;
+};
+
+/// Joiner side: downloads one snapshot from a list of offers (best first).
+class StateDownload {
+ public:
+  struct Request {
+    std::uint64_t id = 0;
+    NodeId to{};
+    std::string address;
+    std::vector<std::uint8_t> body;
+    Time deadline{0};
+  };
+  StateDownload(std::string run_id, std::vector<StateOffer> offers, StateSyncOptions opts,
+                Time now);
+
+  std::vector<Request> take_requests() { return std::exchange(out_, {}); }
+  void on_response(std::uint64_t id, std::span<const std::uint8_t> body, Time now);
+  void on_failure(std::uint64_t id, Time now);
+  void on_timer(Time now);
+  std::optional<Time> next_deadline() const;
+
+  OpStatus status() const { return status_; }
+  const std::string& failure() const { return failure_; }
+  /// The verified snapshot (valid when done).
+  const std::vector<std::uint8_t>& blob() const { return blob_; }
+  const StateOffer& offer() const { return offers_.at(current_); }
+  std::size_t donors_tried() const { return current_ + 1; }
+  std::size_t chunks_fetched() const { return fetched_; }
+
+ private:
+  struct Pending {
+    std::optional<std::uint32_t> index;
+    Time deadline{0};
+  };
+  void start_donor(Time now);
+  void next_donor(const std::string& why, Time now);
+  void request(std::optional<std::uint32_t> index, Time now);
+  void fill(Time now);
+
+  std::string run_id_;
+  std::vector<StateOffer> offers_;
+  StateSyncOptions opts_;
+  std::size_t current_ = 0;
+  std::uint64_t next_id_ = 1;
+  std::map<std::uint64_t, Pending> pending_;
+  std::optional<StateManifest> manifest_;
+  Digest manifest_root_{};
+  std::vector<bool> have_;
+  std::set<std::uint32_t> asked_;
+  std::uint32_t next_chunk_ = 0;
+  std::size_t verified_ = 0, fetched_ = 0;
+  std::vector<std::uint8_t> blob_;
+  OpStatus status_ = OpStatus::running;
+  std::string failure_;
+  std::vector<Request> out_;
+};
+
+}  // namespace grove::gossip

@@ -1,0 +1,175 @@
+// State sync: verified chunked download of a donor's snapshot, donor failover and resume.
+#include "gossip/state_sync.hpp"
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <random>
+
+namespace grove::gossip {
+namespace {
+
+NodeId donor_id(int i) {
+  NodeId id{};
+  id[0] = static_cast<std::uint8_t>(i + 1);
+  return id;
+}
+
+std::vector<std::uint8_t> random_blob(std::size_t n, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<std::uint8_t> b(n);
+  for (auto& x : b) x = static_cast<std::uint8_t>(rng());
+  return b;
+}
+
+StateOffer offer_of(const StateSnapshot& s, int donor) {
+  return {donor_id(donor), "127.0.0.1:" + std::to_string(4000 + donor),
+          "run-s",         s.round(),
+          s.size(),        s.root()};
+}
+
+// Answers a download's requests. `hook(donor, request index, body)` may change an answer
+// (return false to fail the request instead).
+struct Donors {
+  std::map<NodeId, StateServer> servers;
+  std::function<bool(int, std::optional<std::uint32_t>, std::vector<std::uint8_t>&)> hook;
+  std::map<int, std::size_t> answered;
+
+  void run(StateDownload& d, dht::Time now = dht::Time(0)) {
+    for (int guard = 0; guard < 100000 && d.status() == OpStatus::running; ++guard) {
+      auto reqs = d.take_requests();
+      if (reqs.empty()) break;
+      for (auto& r : reqs) {
+        const int donor = r.to[0] - 1;
+        auto req = decode_state_request(r.body);
+        ASSERT_TRUE(req);
+        auto body = servers.at(r.to).answer(r.body);
+        if (!body) {
+          d.on_failure(r.id, now);
+          continue;
+        }
+        if (hook && !hook(donor, req->index, *body)) {
+          d.on_failure(r.id, now);
+          continue;
+        }
+        ++answered[donor];
+        d.on_response(r.id, *body, now);
+      }
+    }
+  }
+};
+
+TEST(StateSync, DownloadsAndVerifiesEveryChunk) {
+  const auto blob = random_blob(1'000'003, 1);
+  auto snap = std::make_shared<StateSnapshot>("run-s", 7, blob, 65536);
+  Donors ds;
+  ds.servers[donor_id(0)].add(snap);
+  StateDownload d("run-s", {offer_of(*snap, 0)}, {}, dht::Time(0));
+  ds.run(d);
+  ASSERT_EQ(d.status(), OpStatus::done) << d.failure();
+  EXPECT_EQ(d.blob(), blob);
+  EXPECT_EQ(d.chunks_fetched(), snap->chunks());
+}
+
+TEST(StateSync, AFailingDonorIsReplacedAndTheDownloadResumes) {
+  const auto blob = random_blob(1u << 20, 2);
+  auto snap = std::make_shared<StateSnapshot>("run-s", 3, blob, 65536);  // 16 chunks
+  Donors ds;
+  ds.servers[donor_id(0)].add(snap);
+  ds.servers[donor_id(1)].add(snap);
+  std::size_t served0 = 0;
+  ds.hook = [&](int donor, std::optional<std::uint32_t> idx, std::vector<std::uint8_t>&) {
+    if (donor == 0 && idx) return ++served0 <= 10;  // dies after 10 chunks
+    return true;
+  };
+  StateDownload d("run-s", {offer_of(*snap, 0), offer_of(*snap, 1)}, {}, dht::Time(0));
+  ds.run(d);
+  ASSERT_EQ(d.status(), OpStatus::done) << d.failure();
+  EXPECT_EQ(d.blob(), blob);
+  EXPECT_EQ(d.donors_tried(), 2u);
+  // Donor 1 served only what was missing (resume), not all 16 chunks again.
+  EXPECT_LE(ds.answered[1], 16u - 10u + 4u);
+  EXPECT_EQ(d.chunks_fetched(), 16u);
+}
+
+TEST(StateSync, TamperedChunkOrManifestIsDetected) {
+  const auto blob = random_blob(300'000, 3);
+  auto snap = std::make_shared<StateSnapshot>("run-s", 9, blob, 65536);
+  for (bool manifest : {false, true}) {
+    Donors ds;
+    ds.servers[donor_id(0)].add(snap);
+    ds.servers[donor_id(1)].add(snap);
+    ds.hook = [&](int donor, std::optional<std::uint32_t> idx, std::vector<std::uint8_t>& b) {
+      if (donor == 0 && idx.has_value() != manifest && !b.empty()) b[b.size() / 2] ^= 0x40;
+      return true;
+    };
+    StateDownload d("run-s", {offer_of(*snap, 0), offer_of(*snap, 1)}, {}, dht::Time(0));
+    ds.run(d);
+    ASSERT_EQ(d.status(), OpStatus::done) << d.failure();
+    EXPECT_EQ(d.blob(), blob) << "tampered " << (manifest ? "manifest" : "chunk");
+    EXPECT_EQ(d.donors_tried(), 2u);
+  }
+}
+
+TEST(StateSync, FailsWhenEveryDonorFailsOrTimesOut) {
+  auto snap = std::make_shared<StateSnapshot>("run-s", 1, random_blob(200'000, 4), 65536);
+  Donors ds;
+  ds.servers[donor_id(0)].add(snap);
+  ds.hook = [](int, std::optional<std::uint32_t>, std::vector<std::uint8_t>&) { return false; };
+  StateDownload d("run-s", {offer_of(*snap, 0)}, {}, dht::Time(0));
+  ds.run(d);
+  EXPECT_EQ(d.status(), OpStatus::failed);
+
+  // A donor that never answers: the request times out.
+  StateSyncOptions o;
+  o.request_timeout = dht::Time(1000);
+  StateDownload t("run-s", {offer_of(*snap, 0)}, o, dht::Time(0));
+  ASSERT_EQ(t.take_requests().size(), 1u);
+  ASSERT_EQ(t.next_deadline(), dht::Time(1000));
+  t.on_timer(dht::Time(999));
+  EXPECT_EQ(t.status(), OpStatus::running);
+  t.on_timer(dht::Time(1000));
+  EXPECT_EQ(t.status(), OpStatus::failed);
+  // No offers at all.
+  EXPECT_EQ(StateDownload("run-s", {}, {}, dht::Time(0)).status(), OpStatus::failed);
+}
+
+TEST(StateSync, RefusesOffersOfAnotherRunOrOverTheSizeBound) {
+  auto snap = std::make_shared<StateSnapshot>("run-s", 1, random_blob(100'000, 5), 65536);
+  Donors ds;
+  ds.servers[donor_id(0)].add(snap);
+  auto other = offer_of(*snap, 0);
+  other.run_id = "run-other";
+  StateDownload d("run-s", {other}, {}, dht::Time(0));
+  EXPECT_EQ(d.status(), OpStatus::failed);
+  StateSyncOptions small;
+  small.max_size = 1000;
+  StateDownload e("run-s", {offer_of(*snap, 0)}, small, dht::Time(0));
+  EXPECT_EQ(e.status(), OpStatus::failed);
+}
+
+TEST(StateSync, ServerKeepsTheLatestSnapshotsAndCodecsAreBounded) {
+  StateServer srv(2);
+  std::vector<std::shared_ptr<StateSnapshot>> s;
+  for (int r = 0; r < 3; ++r) {
+    s.push_back(std::make_shared<StateSnapshot>("run-s", r, random_blob(1000, r), 256));
+    srv.add(s.back());
+  }
+  EXPECT_EQ(srv.latest()->round(), 2u);
+  EXPECT_FALSE(srv.answer(encode_state_request({s[0]->root(), std::nullopt})));  // dropped
+  EXPECT_TRUE(srv.answer(encode_state_request({s[1]->root(), 3})));
+  EXPECT_FALSE(srv.answer(encode_state_request({s[1]->root(), 99})));  // no such chunk
+  const auto bytes = s[2]->manifest_bytes();
+  EXPECT_TRUE(decode_manifest(bytes, 16));
+  EXPECT_FALSE(decode_manifest(bytes, 2));  // more chunks than the bound
+  for (std::size_t n = 0; n < bytes.size(); ++n)
+    EXPECT_FALSE(decode_manifest(std::span(bytes).first(n), 16));
+  StateOffer o{donor_id(0), "a:1", "run-s", 4, 1000, s[2]->root()};
+  auto back = decode_offer(encode_offer(o));
+  ASSERT_TRUE(back);
+  back->donor = o.donor;  // the owner is not encoded (the record's signature proves it)
+  EXPECT_EQ(*back, o);
+}
+
+}  // namespace
+}  // namespace grove::gossip
