@@ -1,5 +1,6 @@
 #include "gossip/runtime.hpp"
 
+#include <algorithm>
 #include <boost/asio/post.hpp>
 #include <cstring>
 
@@ -129,7 +130,9 @@ void GossipRuntime::on_stream_end(const NodeId& from, const OpId& op, std::uint6
     peer_failed(op, from);
     return;
   }
-  InOrder& io = in_[{op, from}];
+  if (std::find(finished_.begin(), finished_.end(), op) != finished_.end()) return;  // late
+  const Key k{op, from};
+  InOrder& io = in_[k];
   if (seq < io.next) return;  // a duplicate
   if (seq > io.next) {
     if (io.held.size() >= opts_.max_reorder) {
@@ -140,13 +143,18 @@ void GossipRuntime::on_stream_end(const NodeId& from, const OpId& op, std::uint6
     io.held.emplace(seq, std::move(data));
     return;
   }
-  deliver(from, op, std::move(data));
   ++io.next;
-  for (auto it = io.held.begin(); it != io.held.end() && it->first == io.next;) {
-    Bytes b = std::move(it->second);
-    it = io.held.erase(it);
-    ++io.next;
-    deliver(from, op, std::move(b));
+  deliver(from, op, std::move(data));
+  // deliver() may finish the op, which erases its in_ entries: look the entry up every time.
+  for (;;) {
+    auto it = in_.find(k);
+    if (it == in_.end()) return;
+    auto h = it->second.held.find(it->second.next);
+    if (h == it->second.held.end()) return;
+    Bytes next = std::move(h->second);
+    it->second.held.erase(h);
+    ++it->second.next;
+    deliver(from, op, std::move(next));
   }
 }
 
