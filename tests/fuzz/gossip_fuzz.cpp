@@ -11,8 +11,9 @@
 //   - a finished all-reduce's result and an exchange's means have the tensor's size and are
 //     finite (nothing received can put a NaN into the model);
 //   - selector bit 3 set: the bytes go to the DHT-record and state-sync decoders instead
-//     (decode_ready, decode_offer, decode_state_request, decode_manifest, StateServer::answer and
-//     a StateDownload's response handler); what they accept re-encodes to the same value.
+//     (decode_ready, decode_mode, decode_offer, decode_state_request, decode_manifest,
+//     StateServer::answer and a StateDownload's response handler); what they accept re-encodes to
+//     the same value.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -22,6 +23,7 @@
 #include "gossip/allreduce.hpp"
 #include "gossip/exchange.hpp"
 #include "gossip/matchmaking.hpp"
+#include "gossip/mode.hpp"
 #include "gossip/state_sync.hpp"
 #include "tests/fuzz/gossip_fuzz.hpp"
 
@@ -86,6 +88,8 @@ void check_results(State& s) {
 void records(std::span<const std::uint8_t> bytes) {
   if (auto r = gossip::decode_ready(bytes))
     check(gossip::decode_ready(gossip::encode_ready(*r)).value() == *r);
+  if (auto m = gossip::decode_mode(bytes))
+    check(gossip::decode_mode(gossip::encode_mode(*m)).value() == *m);
   if (auto o = gossip::decode_offer(bytes))
     check(gossip::decode_offer(gossip::encode_offer(*o)).value() == *o);
   if (auto q = gossip::decode_state_request(bytes)) {
