@@ -63,20 +63,27 @@ transport::Hash256 order_hash(const std::string& run_id, std::uint64_t window, c
 }  // namespace
 
 std::vector<std::vector<NodeId>> make_groups(const std::string& run_id, std::uint64_t window,
-                                             std::vector<NodeId> ids) {
+                                             std::vector<NodeId> ids, std::size_t group_size) {
   std::sort(ids.begin(), ids.end());
   ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
   std::vector<std::pair<transport::Hash256, NodeId>> keyed;
   for (const auto& id : ids) keyed.emplace_back(order_hash(run_id, window, id), id);
   std::sort(keyed.begin(), keyed.end());
+  const std::size_t k = group_size == 0 ? std::max<std::size_t>(keyed.size(), 1) : group_size;
   std::vector<std::vector<NodeId>> groups;
-  for (std::size_t i = 0; i + 1 < keyed.size(); i += 2)
-    groups.push_back({keyed[i].second, keyed[i + 1].second});
-  if (keyed.size() % 2) {
-    if (groups.empty())
-      groups.push_back({keyed.back().second});
-    else
-      groups.back().push_back(keyed.back().second);
+  std::size_t i = 0;
+  for (; i + k <= keyed.size(); i += k) {
+    groups.emplace_back();
+    for (std::size_t j = i; j < i + k; ++j) groups.back().push_back(keyed[j].second);
+  }
+  const std::size_t rest = keyed.size() - i;
+  if (rest > 0 && (groups.empty() || (rest >= 2 && 2 * rest >= k))) {
+    groups.emplace_back();  // a remainder big enough to be a group of its own
+    for (; i < keyed.size(); ++i) groups.back().push_back(keyed[i].second);
+  }
+  for (std::size_t g = groups.size(); i < keyed.size(); ++i) {  // else spread over the last ones
+    g = g == 0 ? groups.size() - 1 : g - 1;
+    groups[g].push_back(keyed[i].second);
   }
   return groups;
 }
@@ -172,7 +179,7 @@ void Matchmaker::on_read(std::uint64_t attempt, dht::GetResult res) {
   if (std::find(ids.begin(), ids.end(), dht_.id()) == ids.end()) {
     r.note = "our own ready record was not found";
   } else {
-    for (auto& g : make_groups(run_id_, window_, ids))
+    for (auto& g : make_groups(run_id_, window_, ids, opts_.group_size))
       if (std::find(g.begin(), g.end(), dht_.id()) != g.end()) r.group = g;
     if (r.group.size() == 1) {
       const Time now = dht_.now();

@@ -41,6 +41,9 @@ struct MatchOptions {
   /// fast nodes lets a slow node pair nearly every time (the node sets it from its round time).
   Time patience{60'000};
   std::size_t max_ready = 4096;  ///< records considered per window
+  /// 2 for NoLoCo pairs; 0 for one DiLoCo group of everyone ready in the window, or a bound on
+  /// the all-reduce group size. A member not ready in the window is left out of that round.
+  std::size_t group_size = 2;
 };
 
 struct ReadyInfo {
@@ -56,9 +59,12 @@ std::vector<std::uint8_t> encode_ready(const ReadyInfo& r);
 transport::Result<ReadyInfo> decode_ready(std::span<const std::uint8_t> value);
 dht::Key ready_key(const std::string& run_id, std::uint64_t window);
 
-/// The groups of a window: deterministic in (run, window, set of ids).
+/// The groups of a window: deterministic in (run, window, set of ids). Members in hash order,
+/// `group_size` at a time (0 = everyone in one group: DiLoCo's all-reduce); a remainder of at
+/// least half a group (and two) is a group of its own, a smaller one is spread over the last
+/// groups (so pairs leave one trio).
 std::vector<std::vector<NodeId>> make_groups(const std::string& run_id, std::uint64_t window,
-                                             std::vector<NodeId> ids);
+                                             std::vector<NodeId> ids, std::size_t group_size = 2);
 
 /// The op id of a group's exchange in a window (the same on every member).
 OpId group_op(const std::string& run_id, std::uint64_t window, std::vector<NodeId> group);

@@ -49,6 +49,26 @@ TEST(Matchmaking, GroupsArePairsPlusOneTrioAndChangeEveryWindow) {
   EXPECT_NE(group_op("run", 1, {id_n(1), id_n(2)}), group_op("run", 2, {id_n(1), id_n(2)}));
 }
 
+TEST(Matchmaking, DiLoCoGroupsTakeEveryoneOrBoundedGroups) {
+  std::vector<NodeId> ids;
+  for (int i = 0; i < 11; ++i) ids.push_back(id_n(i));
+  const auto all = make_groups("run", 3, ids, 0);
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_EQ(all[0].size(), 11u);
+  for (std::size_t k : {4u, 5u, 8u}) {
+    const auto g = make_groups("run", 3, ids, k);
+    std::size_t total = 0;
+    for (const auto& grp : g) {
+      total += grp.size();
+      EXPECT_GE(grp.size(), 2u);
+      EXPECT_LE(grp.size(), k + (k + 1) / 2) << "k " << k;
+    }
+    EXPECT_EQ(total, 11u);
+  }
+  EXPECT_EQ(make_groups("run", 3, {id_n(1)}, 0).size(), 1u);
+  EXPECT_TRUE(make_groups("run", 3, {}, 0).empty());
+}
+
 TEST(Matchmaking, ReadyRecordRoundTripsAndRejectsTruncation) {
   ReadyInfo r{{}, {"10.0.0.1:4000"}, "run-x", 42, 1234567};
   auto d = decode_ready(encode_ready(r));
