@@ -86,12 +86,18 @@ void FaultyLink::arm() {
 void FaultyLink::release() {
   if (closed_) return;
   const auto now = Clock::now();
+  bool released = false;
   while (!delayed_.empty() && delayed_.front().at <= now) {
     delayed_bytes_ -= delayed_.front().frame.wire_size();
     inner_->send(std::move(delayed_.front().frame));
     delayed_.pop_front();
+    released = true;
   }
   arm();
+  // Frames held here count in queued_bytes(): tell the session when room opened up, or a
+  // sender that stopped at its high-water mark would wait for its next tick (seconds).
+  if (released)
+    if (auto h = handler_.lock()) h->on_writable();
 }
 
 void FaultyLink::close(std::error_code reason, bool flush) {

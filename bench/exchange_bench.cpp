@@ -1,0 +1,143 @@
+// exchange_bench: NoLoCo's pair exchange (gossip::GroupExchange on GossipRuntime, encrypted
+// transport) between two hosts whose links the transport limits to a given rate (FaultyLink
+// bandwidth on every frame each side sends), as a ratio to the wire bytes ÷ link rate bound.
+// Target: <= 1.1x at 100 Mbit/s.
+//
+//   exchange_bench [--mbit 100] [--sizes 16M,64M] [--codec fp16|bf16|fp32|e3m0] [--reps 3]
+//                  [--chunk VALUES]
+#include <spdlog/spdlog.h>
+
+#include <cstring>
+#include <sstream>
+
+#include "bench/bench_common.hpp"
+#include "gossip/exchange.hpp"
+#include "gossip/runtime.hpp"
+
+namespace {
+
+using namespace grove;
+using transport::Duration;
+
+[[noreturn]] void usage(const char* argv0, const std::string& why) {
+  std::fprintf(stderr,
+               "exchange_bench: %s\nusage: %s [--mbit 100] [--sizes 16M,64M] "
+               "[--codec fp16|bf16|fp32|e3m0] [--reps 3] [--chunk VALUES]\n",
+               why.c_str(), argv0);
+  std::exit(2);
+}
+
+std::vector<float> values(std::size_t n, std::uint32_t seed) {
+  std::vector<float> v(n);
+  std::uint32_t x = seed;
+  for (auto& f : v) {
+    x = x * 1664525u + 1013904223u;
+    f = (static_cast<float>(x >> 8) / 16777216.0f - 0.5f) * 0.02f;
+  }
+  return v;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  double mbit = 100;
+  std::vector<std::uint64_t> sizes{16u << 20, 64u << 20};
+  gossip::WireCodec codec = gossip::WireCodec::fp16;
+  int reps = 3;
+  std::size_t chunk_values = gossip::ExchangeOptions{}.chunk_values;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) usage(argv[0], a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--mbit") {
+      mbit = std::atof(next().c_str());
+      if (!(mbit > 0)) usage(argv[0], "--mbit must be > 0");
+    } else if (a == "--sizes") {
+      sizes.clear();
+      std::stringstream ss(next());
+      for (std::string s; std::getline(ss, s, ',');) {
+        auto v = bench::parse_size(s);
+        if (!v || *v < 1024 || *v % 1024) usage(argv[0], "bad size " + s);
+        sizes.push_back(*v);
+      }
+    } else if (a == "--codec") {
+      auto c = gossip::parse_codec(next());
+      if (!c) usage(argv[0], "unknown codec");
+      codec = *c;
+    } else if (a == "--chunk") {
+      auto v = bench::parse_size(next());
+      if (!v || *v == 0 || *v % 256 || *v > (4u << 20))
+        usage(argv[0], "--chunk: values per message, a multiple of 256 up to 4M");
+      chunk_values = *v;
+    } else if (a == "--reps") {
+      reps = std::atoi(next().c_str());
+      if (reps < 1) usage(argv[0], "--reps must be >= 1");
+    } else {
+      usage(argv[0], "unknown option " + a);
+    }
+  }
+  spdlog::set_level(spdlog::level::warn);
+  const double rate = mbit * 1e6 / 8;  // bytes per second, each direction
+  auto plan = std::make_shared<transport::FaultPlan>();
+  transport::FaultConfig fc;
+  fc.bandwidth_bytes_per_sec = rate;
+  plan->set_default(fc);
+  bench::HostThread ta, tb;
+  transport::HostOptions ho;
+  ho.faults = plan;
+  auto& a = ta.create(transport::Identity::generate(), ho);
+  auto& b = tb.create(transport::Identity::generate(), ho);
+  auto ra = gossip::GossipRuntime::create(ta.host_ptr());
+  auto rb = gossip::GossipRuntime::create(tb.host_ptr());
+  a.start();
+  b.start();
+  ta.run();
+  tb.run();
+  const std::map<gossip::NodeId, std::string> addrs{{a.id(), a.address()}, {b.id(), b.address()}};
+  std::printf(
+      "pair exchange, %s on the wire, links limited to %.0f Mbit/s each way, median of %d\n",
+      gossip::to_string(codec), mbit, reps);
+  std::printf("  %10s %12s %10s %10s %8s\n", "tensor", "wire bytes", "bound s", "took s", "ratio");
+  int rc = 0;
+  int op_n = 0;
+  for (auto bytes : sizes) {
+    const std::size_t n = bytes / 4;
+    std::vector<double> times;
+    std::uint64_t wire = 0;
+    for (int r = 0; r < reps; ++r) {
+      gossip::OpId op{};
+      op[0] = static_cast<std::uint8_t>(++op_n);
+      gossip::ExchangeOptions o;
+      o.codec = codec;
+      o.chunk_values = chunk_values;
+      std::promise<std::unique_ptr<gossip::Protocol>> pa, pb;
+      auto fa = pa.get_future(), fb = pb.get_future();
+      const auto t0 = transport::Clock::now();
+      ra->start(std::make_unique<gossip::GroupExchange>(
+                    op, a.id(), std::vector{a.id(), b.id()},
+                    std::vector<std::vector<float>>{values(n, 1)}, o, gossip::GossipRuntime::now()),
+                addrs, [&](std::unique_ptr<gossip::Protocol> p) { pa.set_value(std::move(p)); });
+      rb->start(std::make_unique<gossip::GroupExchange>(
+                    op, b.id(), std::vector{a.id(), b.id()},
+                    std::vector<std::vector<float>>{values(n, 2)}, o, gossip::GossipRuntime::now()),
+                addrs, [&](std::unique_ptr<gossip::Protocol> p) { pb.set_value(std::move(p)); });
+      auto xa = fa.get(), xb = fb.get();
+      times.push_back(bench::seconds_between(t0, transport::Clock::now()));
+      auto& ea = static_cast<gossip::GroupExchange&>(*xa);
+      auto& eb = static_cast<gossip::GroupExchange&>(*xb);
+      if (ea.completed().size() != 1 || eb.completed().size() != 1) {
+        std::fprintf(stderr, "exchange_bench: an exchange did not complete\n");
+        rc = 1;
+      }
+      wire = std::max(ea.bytes_sent(), eb.bytes_sent());
+    }
+    const double bound = static_cast<double>(wire) / rate, took = bench::median(times);
+    std::printf("  %10s %12llu %10.3f %10.3f %7.3fx\n", bench::human_bytes(bytes).c_str(),
+                static_cast<unsigned long long>(wire), bound, took, took / bound);
+  }
+  ta.stop(Duration(5000));
+  tb.stop(Duration(5000));
+  return rc;
+}
