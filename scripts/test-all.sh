@@ -62,8 +62,10 @@ if [[ "$quick" == 1 ]]; then
 fi
 
 step "(c) build-asan/: configure and build (ASan + UBSan)"
+# -O1 -g1: the sanitizer build is the longest step of CI; line tables are enough for its reports.
 configure_and_build build-asan "${checked_flags[@]}" \
-  -DGROVE_SANITIZE=ON -DGROVE_BUILD_BENCH=OFF -DGROVE_WITH_TORCH=OFF
+  -DGROVE_SANITIZE=ON -DGROVE_BUILD_BENCH=OFF -DGROVE_WITH_TORCH=OFF \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1"
 step "(c) build-asan/: ctest"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure -j "$jobs"
