@@ -3,6 +3,7 @@
 #include <msgpack.hpp>
 
 #include "transport/frame.hpp"
+#include "transport/msgpack_util.hpp"
 
 namespace grove::dht {
 
@@ -53,16 +54,16 @@ const char* to_string(StoreCode c) {
 namespace {
 
 constexpr std::uint64_t kVersion = 1;
-using Packer = msgpack::packer<msgpack::sbuffer>;
+using transport::mp::get_array;
+using transport::mp::get_bytes;
+using transport::mp::get_fixed;
+using transport::mp::get_str;
+using transport::mp::get_u64;
+using transport::mp::Obj;
+using transport::mp::pack_bin;
+using transport::mp::pack_str;
+using transport::mp::Packer;
 
-void pack_bin(Packer& p, std::span<const std::uint8_t> b) {
-  p.pack_bin(static_cast<std::uint32_t>(b.size()));
-  p.pack_bin_body(reinterpret_cast<const char*>(b.data()), static_cast<std::uint32_t>(b.size()));
-}
-void pack_str(Packer& p, const std::string& s) {
-  p.pack_str(static_cast<std::uint32_t>(s.size()));
-  p.pack_str_body(s.data(), static_cast<std::uint32_t>(s.size()));
-}
 void pack_contacts(Packer& p, const std::vector<Contact>& cs) {
   p.pack_array(static_cast<std::uint32_t>(cs.size()));
   for (const auto& c : cs) {
@@ -92,38 +93,6 @@ void pack_cursor(Packer& p, const std::optional<Cursor>& c) {
 }
 
 // ---- decoding helpers: each checks the type and bounds, never throws ----
-using Obj = msgpack::object;
-
-bool get_u64(const Obj& o, std::uint64_t& out) {
-  if (o.type != msgpack::type::POSITIVE_INTEGER) return false;
-  out = o.via.u64;
-  return true;
-}
-bool get_str(const Obj& o, std::size_t max, std::string& out) {
-  if (o.type != msgpack::type::STR || o.via.str.size > max) return false;
-  out.assign(o.via.str.ptr, o.via.str.size);
-  return true;
-}
-template <std::size_t N>
-bool get_fixed(const Obj& o, std::array<std::uint8_t, N>& out) {
-  if (o.type != msgpack::type::BIN || o.via.bin.size != N) return false;
-  std::memcpy(out.data(), o.via.bin.ptr, N);
-  return true;
-}
-bool get_bytes(const Obj& o, std::size_t max, std::vector<std::uint8_t>& out) {
-  if (o.type != msgpack::type::BIN || o.via.bin.size > max) return false;
-  const auto* p = reinterpret_cast<const std::uint8_t*>(o.via.bin.ptr);
-  out.assign(p, p + o.via.bin.size);
-  return true;
-}
-// Returns the elements (a non-null pointer even for an empty array: msgpack leaves ptr null).
-const Obj* get_array(const Obj& o, std::size_t max, std::size_t& n) {
-  static const Obj kNone;
-  if (o.type != msgpack::type::ARRAY || o.via.array.size > max) return nullptr;
-  n = o.via.array.size;
-  return n ? o.via.array.ptr : &kNone;
-}
-
 bool get_contacts(const Obj& o, const WireLimits& lim, std::vector<Contact>& out) {
   std::size_t n = 0;
   const Obj* a = get_array(o, lim.max_contacts, n);

@@ -1,5 +1,7 @@
 #include "gossip/allreduce.hpp"
 
+#include "transport/crypto.hpp"
+
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
@@ -21,13 +23,16 @@ const char* to_string(OpStatus s) {
 }
 
 namespace {
-// The attempt tag: FNV-1a 64 over the sorted suspect ids (0 for the first attempt).
+// The attempt tag: the first 8 bytes of BLAKE2b-256 over the sorted suspect ids (0 for the
+// first attempt).
 std::uint64_t tag_of(const std::set<NodeId>& suspects) {
   if (suspects.empty()) return 0;
-  std::uint64_t h = 1469598103934665603ull;
-  for (const auto& id : suspects)
-    for (std::uint8_t b : id) h = (h ^ b) * 1099511628211ull;
-  return h | 1;  // never 0
+  transport::Blake2b256 h;
+  for (const auto& id : suspects) h.update(id);
+  const auto d = h.final();
+  std::uint64_t t = 0;
+  std::memcpy(&t, d.data(), sizeof t);
+  return t | 1;  // never 0
 }
 }  // namespace
 
@@ -140,7 +145,7 @@ void RingAllReduce::on_message(const NodeId& from, const Message& m, Time now) {
   if (std::find(original_.begin(), original_.end(), from) == original_.end()) return;
   if (m.h.kind == MsgKind::abort) {
     if (std::find(m.h.suspects.begin(), m.h.suspects.end(), self_) != m.h.suspects.end()) {
-      fail("excluded from the all-reduce by " + transport::to_hex(from).substr(0, 8));
+      fail("excluded from the all-reduce by " + dht::short_hex(from));
       return;
     }
     std::set<NodeId> fresh;
@@ -166,8 +171,7 @@ void RingAllReduce::on_message(const NodeId& from, const Message& m, Time now) {
       on_chunk(from, m, now);
       break;
     default:
-      spdlog::warn("all-reduce: unexpected {} from {}", to_string(m.h.kind),
-                   transport::to_hex(from).substr(0, 8));
+      spdlog::warn("all-reduce: unexpected {} from {}", to_string(m.h.kind), dht::short_hex(from));
       break;
   }
 }
@@ -176,8 +180,7 @@ void RingAllReduce::on_chunk(const NodeId& from, const Message& m, Time now) {
   const std::size_t N = ring_.size();
   const std::size_t s = m.h.index, c = m.h.chunk;
   const auto bad = [&](const char* why) {
-    spdlog::warn("all-reduce: bad chunk from {} ({}); suspecting it",
-                 transport::to_hex(from).substr(0, 8), why);
+    spdlog::warn("all-reduce: bad chunk from {} ({}); suspecting it", dht::short_hex(from), why);
     suspect({from}, now, "bad chunk");
   };
   if (from != pred()) return bad("not from the ring predecessor");
@@ -244,8 +247,7 @@ void RingAllReduce::suspect(const std::set<NodeId>& ids, Time now, const char* w
     if (id != self_ && suspects_.insert(id).second) grew = true;
   if (!grew) return;
   std::string names;
-  for (const auto& id : ids)
-    names += (names.empty() ? "" : ",") + transport::to_hex(id).substr(0, 8);
+  for (const auto& id : ids) names += (names.empty() ? "" : ",") + dht::short_hex(id);
   spdlog::warn("all-reduce {}: suspecting {} ({}); retrying among {} members at t={}",
                transport::to_hex(self_).substr(0, 4), names, why,
                original_.size() - suspects_.size(), now.count());

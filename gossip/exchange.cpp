@@ -10,9 +10,6 @@
 namespace grove::gossip {
 
 namespace {
-std::string short_id(const NodeId& id) {
-  return transport::to_hex(id).substr(0, 8);
-}
 double norm(const std::vector<float>& v) {
   return optim::l2_norm(v.data(), v.size());
 }
@@ -33,6 +30,7 @@ GroupExchange::GroupExchange(OpId op, NodeId self, std::vector<NodeId> group,
       throw std::invalid_argument("exchange group lists a member twice");
   }
   mean_ = own_;
+  for (const auto& t : own_) own_norm_.push_back(norm(t));
   for (auto& [id, in] : peers_) {
     in.last_heard = now;
     in.last_sent = now;
@@ -92,7 +90,7 @@ void GroupExchange::send(const NodeId& to, Bytes b, Time now) {
 
 void GroupExchange::drop(const NodeId& peer, Incoming& in, std::string why) {
   if (in.state != Incoming::receiving) return;
-  spdlog::warn("exchange: dropping partner {}: {}", short_id(peer), why);
+  spdlog::warn("exchange: dropping partner {}: {}", dht::short_hex(peer), why);
   in.state = Incoming::failed;
   in.why = std::move(why);
   in.staged.clear();
@@ -153,7 +151,7 @@ void GroupExchange::on_chunk(const NodeId& from, Incoming& in, const Message& m)
 void GroupExchange::check_complete(const NodeId& from, Incoming& in) {
   if (in.hasher->final() != in.digest) return drop(from, in, "tensor digest mismatch");
   const auto& got = in.staged[in.tensor];
-  const double mine = norm(own_[in.tensor]), theirs = norm(got);
+  const double mine = own_norm_[in.tensor], theirs = norm(got);
   if (!(theirs <= opts_.max_norm_ratio * mine + 1e-6))
     return drop(from, in,
                 "tensor norm " + std::to_string(theirs) + " beyond the bound (ours " +
@@ -182,9 +180,9 @@ void GroupExchange::maybe_finish() {
       }
     }
   if (k > 1) {
-    const float inv = static_cast<float>(k);
+    const float count = static_cast<float>(k);
     for (auto& t : mean_)
-      for (auto& v : t) v /= inv;
+      for (auto& v : t) v /= count;
   }
   for (auto& [id, in] : peers_) {
     in.staged.clear();

@@ -86,6 +86,7 @@ class GroupExchange final : public Protocol {
   OpId op_;
   NodeId self_;
   std::vector<std::vector<float>> own_;
+  std::vector<double> own_norm_;  // L2 norm of each of our tensors (the norm bound's reference)
   ExchangeOptions opts_;
   Time started_;
   std::map<NodeId, Incoming> peers_;

@@ -8,6 +8,7 @@
 #include "dht/membership.hpp"
 #include "transport/crypto.hpp"
 #include "transport/frame.hpp"
+#include "transport/msgpack_util.hpp"
 
 namespace grove::gossip {
 
@@ -21,8 +22,7 @@ std::vector<std::uint8_t> encode_ready(const ReadyInfo& r) {
   pk.pack(r.run_id);
   pk.pack(r.round);
   pk.pack(r.window);
-  return {reinterpret_cast<const std::uint8_t*>(sb.data()),
-          reinterpret_cast<const std::uint8_t*>(sb.data()) + sb.size()};
+  return transport::mp::bytes_of(sb);
 }
 
 transport::Result<ReadyInfo> decode_ready(std::span<const std::uint8_t> value) {
@@ -32,19 +32,16 @@ transport::Result<ReadyInfo> decode_ready(std::span<const std::uint8_t> value) {
   const auto& o = oh->get();
   if (o.type != msgpack::type::ARRAY || o.via.array.size != 4) return errc::malformed;
   const auto* a = o.via.array.ptr;
+  using namespace transport::mp;
   ReadyInfo r;
-  if (a[0].type != msgpack::type::ARRAY || a[0].via.array.size > 8) return errc::malformed;
-  for (std::uint32_t i = 0; i < a[0].via.array.size; ++i) {
-    const auto& s = a[0].via.array.ptr[i];
-    if (s.type != msgpack::type::STR) return errc::malformed;
-    r.addresses.emplace_back(s.via.str.ptr, s.via.str.size);
-  }
-  if (a[1].type != msgpack::type::STR || a[2].type != msgpack::type::POSITIVE_INTEGER ||
-      a[3].type != msgpack::type::POSITIVE_INTEGER)
+  std::size_t n = 0;
+  const Obj* addrs = get_array(a[0], 8, n);
+  if (!addrs) return errc::malformed;
+  r.addresses.resize(n);
+  for (std::size_t i = 0; i < n; ++i)
+    if (!get_str(addrs[i], 256, r.addresses[i])) return errc::malformed;
+  if (!get_str(a[1], 256, r.run_id) || !get_u64(a[2], r.round) || !get_u64(a[3], r.window))
     return errc::malformed;
-  r.run_id.assign(a[1].via.str.ptr, a[1].via.str.size);
-  r.round = a[2].via.u64;
-  r.window = a[3].via.u64;
   return r;
 }
 

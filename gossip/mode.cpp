@@ -4,6 +4,7 @@
 
 #include "dht/key.hpp"
 #include "transport/frame.hpp"
+#include "transport/msgpack_util.hpp"
 
 namespace grove::gossip {
 
@@ -26,8 +27,7 @@ std::vector<std::uint8_t> encode_mode(const ModeRequest& r) {
   pk.pack(r.run_id);
   pk.pack(static_cast<std::uint8_t>(r.mode));
   pk.pack(r.from_round);
-  return {reinterpret_cast<const std::uint8_t*>(sb.data()),
-          reinterpret_cast<const std::uint8_t*>(sb.data()) + sb.size()};
+  return transport::mp::bytes_of(sb);
 }
 
 transport::Result<ModeRequest> decode_mode(std::span<const std::uint8_t> value) {
@@ -37,13 +37,12 @@ transport::Result<ModeRequest> decode_mode(std::span<const std::uint8_t> value) 
   const auto& o = oh->get();
   if (o.type != msgpack::type::ARRAY || o.via.array.size != 3) return errc::malformed;
   const auto* a = o.via.array.ptr;
-  if (a[0].type != msgpack::type::STR || a[1].type != msgpack::type::POSITIVE_INTEGER ||
-      a[1].via.u64 > 1 || a[2].type != msgpack::type::POSITIVE_INTEGER)
-    return errc::malformed;
   ModeRequest r;
-  r.run_id.assign(a[0].via.str.ptr, a[0].via.str.size);
-  r.mode = static_cast<OuterMode>(a[1].via.u64);
-  r.from_round = a[2].via.u64;
+  std::uint64_t mode = 0;
+  if (!transport::mp::get_str(a[0], 64, r.run_id) || !transport::mp::get_u64(a[1], mode) ||
+      mode > 1 || !transport::mp::get_u64(a[2], r.from_round))
+    return errc::malformed;
+  r.mode = static_cast<OuterMode>(mode);
   return r;
 }
 

@@ -16,10 +16,6 @@ constexpr std::size_t kMetaSize = 16 + 8;
 constexpr std::size_t kRecentOps = 256;
 constexpr const char* kKind = "gossip";
 
-std::string short_id(const NodeId& id) {
-  return transport::to_hex(id).substr(0, 8);
-}
-
 Bytes make_meta(const OpId& op, std::uint64_t seq) {
   Bytes m(kMetaSize);
   std::memcpy(m.data(), op.data(), op.size());
@@ -81,7 +77,7 @@ std::shared_ptr<GossipRuntime> GossipRuntime::create(std::shared_ptr<transport::
         const auto meta = in.meta.bytes();
         if (meta.size() != kMetaSize || in.size > max || in.size == 0) {
           spdlog::warn("gossip: refusing a stream from {} (meta {} bytes, size {})",
-                       short_id(peer.id), meta.size(), in.size);
+                       dht::short_hex(peer.id), meta.size(), in.size);
           return nullptr;
         }
         OpId op;
@@ -126,7 +122,7 @@ void GossipRuntime::start(std::unique_ptr<Protocol> p, std::map<NodeId, std::str
 void GossipRuntime::on_stream_end(const NodeId& from, const OpId& op, std::uint64_t seq, Bytes data,
                                   std::error_code ec) {
   if (ec) {
-    spdlog::debug("gossip: stream from {} failed: {}", short_id(from), ec.message());
+    spdlog::debug("gossip: stream from {} failed: {}", dht::short_hex(from), ec.message());
     peer_failed(op, from);
     return;
   }
@@ -136,7 +132,8 @@ void GossipRuntime::on_stream_end(const NodeId& from, const OpId& op, std::uint6
   if (seq < io.next) return;  // a duplicate
   if (seq > io.next) {
     if (io.held.size() >= opts_.max_reorder) {
-      spdlog::warn("gossip: {} is too far out of order; dropping it for this op", short_id(from));
+      spdlog::warn("gossip: {} is too far out of order; dropping it for this op",
+                   dht::short_hex(from));
       peer_failed(op, from);
       return;
     }
@@ -172,7 +169,8 @@ void GossipRuntime::deliver(const NodeId& from, const OpId& op, Bytes data) {
       e = v.empty() ? early_.erase(e) : std::next(e);
     }
     if (early_bytes_ + data.size() > opts_.max_early_bytes) {
-      spdlog::warn("gossip: early-message buffer full; dropping a message from {}", short_id(from));
+      spdlog::warn("gossip: early-message buffer full; dropping a message from {}",
+                   dht::short_hex(from));
       return;
     }
     early_bytes_ += data.size();
@@ -181,10 +179,11 @@ void GossipRuntime::deliver(const NodeId& from, const OpId& op, Bytes data) {
   }
   auto m = decode_message(data.span());
   if (!m) {
-    spdlog::warn("gossip: malformed message from {}: {}", short_id(from), m.error().message());
+    spdlog::warn("gossip: malformed message from {}: {}", dht::short_hex(from),
+                 m.error().message());
     it->second.p->on_peer_failed(from, now());
   } else if (m->h.op != op) {
-    spdlog::warn("gossip: message from {} names another op than its stream", short_id(from));
+    spdlog::warn("gossip: message from {} names another op than its stream", dht::short_hex(from));
     it->second.p->on_peer_failed(from, now());
   } else {
     it->second.p->on_message(from, *m, now());
@@ -246,24 +245,25 @@ void GossipRuntime::pump(const Key& k) {
     q.q.pop_front();
     ++q.in_flight;
     const std::uint64_t seq = q.next_seq++;
-    host_->send_stream(
-        PeerRef::node(k.second, q.address), kKind, make_meta(k.first, seq),
-        std::make_shared<BytesSource>(std::move(b)), [w = weak_from_this(), k](std::error_code ec) {
-          auto self = w.lock();
-          if (!self) return;
-          asio::post(self->strand_, [self, k, ec] {
-            auto it = self->out_.find(k);
-            if (it == self->out_.end()) return;
-            --it->second.in_flight;
-            if (ec && !it->second.failed) {
-              spdlog::debug("gossip: stream to {} failed: {}", short_id(k.second), ec.message());
-              it->second.failed = true;
-              it->second.q.clear();
-              self->peer_failed(k.first, k.second);
-            }
-            self->pump(k);
-          });
-        });
+    host_->send_stream(PeerRef::node(k.second, q.address), kKind, make_meta(k.first, seq),
+                       std::make_shared<BytesSource>(std::move(b)),
+                       [w = weak_from_this(), k](std::error_code ec) {
+                         auto self = w.lock();
+                         if (!self) return;
+                         asio::post(self->strand_, [self, k, ec] {
+                           auto it = self->out_.find(k);
+                           if (it == self->out_.end()) return;
+                           --it->second.in_flight;
+                           if (ec && !it->second.failed) {
+                             spdlog::debug("gossip: stream to {} failed: {}",
+                                           dht::short_hex(k.second), ec.message());
+                             it->second.failed = true;
+                             it->second.q.clear();
+                             self->peer_failed(k.first, k.second);
+                           }
+                           self->pump(k);
+                         });
+                       });
   }
   if (q.q.empty() && q.in_flight == 0 && !ops_.count(k.first)) out_.erase(it);
 }

@@ -8,6 +8,7 @@
 
 #include "transport/crypto.hpp"
 #include "transport/frame.hpp"
+#include "transport/msgpack_util.hpp"
 
 namespace grove::gossip {
 
@@ -16,33 +17,11 @@ using transport::errc;
 namespace {
 constexpr std::uint8_t kVersion = 1;
 
-template <class T>
-std::vector<std::uint8_t> to_vec(const T& sb) {
-  return {reinterpret_cast<const std::uint8_t*>(sb.data()),
-          reinterpret_cast<const std::uint8_t*>(sb.data()) + sb.size()};
-}
-void pack_digest(msgpack::packer<msgpack::sbuffer>& pk, const Digest& d) {
-  pk.pack_bin(static_cast<std::uint32_t>(d.size()));
-  pk.pack_bin_body(reinterpret_cast<const char*>(d.data()), static_cast<std::uint32_t>(d.size()));
-}
-bool get_digest(const msgpack::object& o, Digest& d) {
-  if (o.type != msgpack::type::BIN || o.via.bin.size != d.size()) return false;
-  std::memcpy(d.data(), o.via.bin.ptr, d.size());
-  return true;
-}
-bool get_u64(const msgpack::object& o, std::uint64_t& v) {
-  if (o.type != msgpack::type::POSITIVE_INTEGER) return false;
-  v = o.via.u64;
-  return true;
-}
-bool get_str(const msgpack::object& o, std::string& s, std::size_t max) {
-  if (o.type != msgpack::type::STR || o.via.str.size > max) return false;
-  s.assign(o.via.str.ptr, o.via.str.size);
-  return true;
-}
-std::string short_id(const NodeId& id) {
-  return transport::to_hex(id).substr(0, 8);
-}
+using transport::mp::bytes_of;
+using transport::mp::get_fixed;
+using transport::mp::get_str;
+using transport::mp::get_u64;
+using transport::mp::pack_bin;
 }  // namespace
 
 // ---- manifest, offer, request ----
@@ -57,8 +36,8 @@ std::vector<std::uint8_t> encode_manifest(const StateManifest& m) {
   pk.pack(m.size);
   pk.pack(m.chunk_bytes);
   pk.pack_array(static_cast<std::uint32_t>(m.chunks.size()));
-  for (const auto& d : m.chunks) pack_digest(pk, d);
-  return to_vec(sb);
+  for (const auto& d : m.chunks) pack_bin(pk, d);
+  return bytes_of(sb);
 }
 
 transport::Result<StateManifest> decode_manifest(std::span<const std::uint8_t> bytes,
@@ -75,7 +54,7 @@ transport::Result<StateManifest> decode_manifest(std::span<const std::uint8_t> b
   const auto* a = o.via.array.ptr;
   StateManifest m;
   std::uint64_t version = 0, chunk_bytes = 0;
-  if (!get_u64(a[0], version) || version != kVersion || !get_str(a[1], m.run_id, 64) ||
+  if (!get_u64(a[0], version) || version != kVersion || !get_str(a[1], 64, m.run_id) ||
       !get_u64(a[2], m.round) || !get_u64(a[3], m.size) || !get_u64(a[4], chunk_bytes) ||
       chunk_bytes == 0 || chunk_bytes > UINT32_MAX || a[5].type != msgpack::type::ARRAY)
     return errc::malformed;
@@ -85,7 +64,7 @@ transport::Result<StateManifest> decode_manifest(std::span<const std::uint8_t> b
     return errc::malformed;
   m.chunks.resize(hs.size);
   for (std::uint32_t i = 0; i < hs.size; ++i)
-    if (!get_digest(hs.ptr[i], m.chunks[i])) return errc::malformed;
+    if (!get_fixed(hs.ptr[i], m.chunks[i])) return errc::malformed;
   return m;
 }
 
@@ -101,8 +80,8 @@ std::vector<std::uint8_t> encode_offer(const StateOffer& o) {
   pk.pack(o.run_id);
   pk.pack(o.round);
   pk.pack(o.size);
-  pack_digest(pk, o.root);
-  return to_vec(sb);
+  pack_bin(pk, o.root);
+  return bytes_of(sb);
 }
 
 transport::Result<StateOffer> decode_offer(std::span<const std::uint8_t> value) {
@@ -113,8 +92,8 @@ transport::Result<StateOffer> decode_offer(std::span<const std::uint8_t> value) 
   if (o.type != msgpack::type::ARRAY || o.via.array.size != 5) return errc::malformed;
   const auto* a = o.via.array.ptr;
   StateOffer r;
-  if (!get_str(a[0], r.address, 256) || !get_str(a[1], r.run_id, 64) || !get_u64(a[2], r.round) ||
-      !get_u64(a[3], r.size) || !get_digest(a[4], r.root))
+  if (!get_str(a[0], 256, r.address) || !get_str(a[1], 64, r.run_id) || !get_u64(a[2], r.round) ||
+      !get_u64(a[3], r.size) || !get_fixed(a[4], r.root))
     return errc::malformed;
   return r;
 }
@@ -128,12 +107,12 @@ std::vector<std::uint8_t> encode_state_request(const StateRequest& r) {
   msgpack::packer<msgpack::sbuffer> pk(sb);
   pk.pack_array(3);
   pk.pack(kVersion);
-  pack_digest(pk, r.root);
+  pack_bin(pk, r.root);
   if (r.index)
     pk.pack(*r.index);
   else
     pk.pack_nil();
-  return to_vec(sb);
+  return bytes_of(sb);
 }
 
 transport::Result<StateRequest> decode_state_request(std::span<const std::uint8_t> bytes) {
@@ -145,7 +124,7 @@ transport::Result<StateRequest> decode_state_request(std::span<const std::uint8_
   const auto* a = o.via.array.ptr;
   StateRequest r;
   std::uint64_t version = 0, index = 0;
-  if (!get_u64(a[0], version) || version != kVersion || !get_digest(a[1], r.root))
+  if (!get_u64(a[0], version) || version != kVersion || !get_fixed(a[1], r.root))
     return errc::malformed;
   if (a[2].type != msgpack::type::NIL) {
     if (!get_u64(a[2], index) || index > UINT32_MAX) return errc::malformed;
@@ -232,7 +211,7 @@ void StateDownload::start_donor(Time now) {
 
 void StateDownload::next_donor(const std::string& why, Time now) {
   if (status_ != OpStatus::running) return;
-  spdlog::warn("state sync: dropping donor {}: {}", short_id(offers_[current_].donor), why);
+  spdlog::warn("state sync: dropping donor {}: {}", dht::short_hex(offers_[current_].donor), why);
   pending_.clear();  // late answers from the dropped donor are ignored
   asked_.clear();
   if (++current_ >= offers_.size()) {

@@ -4,6 +4,7 @@
 #include <msgpack.hpp>
 
 #include "transport/frame.hpp"
+#include "transport/msgpack_util.hpp"
 
 namespace grove::gossip {
 
@@ -96,23 +97,9 @@ CodecError decode_values(WireCodec c, std::span<const std::uint8_t> in, std::spa
 namespace {
 constexpr std::uint8_t kVersion = 1;
 
-void pack_bin(msgpack::packer<msgpack::sbuffer>& pk, const std::uint8_t* p, std::size_t n) {
-  pk.pack_bin(static_cast<std::uint32_t>(n));
-  pk.pack_bin_body(reinterpret_cast<const char*>(p), static_cast<std::uint32_t>(n));
-}
-
-template <std::size_t N>
-bool get_bin(const msgpack::object& o, std::array<std::uint8_t, N>& out) {
-  if (o.type != msgpack::type::BIN || o.via.bin.size != N) return false;
-  std::memcpy(out.data(), o.via.bin.ptr, N);
-  return true;
-}
-
-bool get_uint(const msgpack::object& o, std::uint64_t& v) {
-  if (o.type != msgpack::type::POSITIVE_INTEGER) return false;
-  v = o.via.u64;
-  return true;
-}
+using transport::mp::get_fixed;
+using transport::mp::get_u64;
+using transport::mp::pack_bin;
 }  // namespace
 
 Bytes encode_message(const Header& h, std::size_t payload_size, std::span<std::uint8_t>* payload) {
@@ -121,7 +108,7 @@ Bytes encode_message(const Header& h, std::size_t payload_size, std::span<std::u
   pk.pack_array(10);
   pk.pack(kVersion);
   pk.pack(static_cast<std::uint8_t>(h.kind));
-  pack_bin(pk, h.op.data(), h.op.size());
+  pack_bin(pk, h.op);
   pk.pack(h.tag);
   pk.pack(static_cast<std::uint8_t>(h.phase));
   pk.pack(h.index);
@@ -129,10 +116,10 @@ Bytes encode_message(const Header& h, std::size_t payload_size, std::span<std::u
   pk.pack(h.count);
   pk.pack(static_cast<std::uint8_t>(h.codec));
   if (h.kind == MsgKind::tensor_begin) {
-    pack_bin(pk, h.digest.data(), h.digest.size());
+    pack_bin(pk, h.digest);
   } else if (h.kind == MsgKind::abort) {
     pk.pack_array(static_cast<std::uint32_t>(h.suspects.size()));
-    for (const auto& id : h.suspects) pack_bin(pk, id.data(), id.size());
+    for (const auto& id : h.suspects) pack_bin(pk, id);
   } else {
     pk.pack_nil();
   }
@@ -161,9 +148,9 @@ transport::Result<Message> decode_message(std::span<const std::uint8_t> bytes,
   if (o.type != msgpack::type::ARRAY || o.via.array.size != 10) return errc::malformed;
   const msgpack::object* a = o.via.array.ptr;
   std::uint64_t version, kind, tag, phase, index, chunk, count, codec;
-  if (!get_uint(a[0], version) || !get_uint(a[1], kind) || !get_uint(a[3], tag) ||
-      !get_uint(a[4], phase) || !get_uint(a[5], index) || !get_uint(a[6], chunk) ||
-      !get_uint(a[7], count) || !get_uint(a[8], codec))
+  if (!get_u64(a[0], version) || !get_u64(a[1], kind) || !get_u64(a[3], tag) ||
+      !get_u64(a[4], phase) || !get_u64(a[5], index) || !get_u64(a[6], chunk) ||
+      !get_u64(a[7], count) || !get_u64(a[8], codec))
     return errc::malformed;
   if (version != kVersion) return errc::malformed;
   if (kind < 1 || kind > 5 || phase > 2 || codec > 3 || index > UINT32_MAX || chunk > UINT32_MAX ||
@@ -171,7 +158,7 @@ transport::Result<Message> decode_message(std::span<const std::uint8_t> bytes,
     return errc::malformed;
   Message m;
   m.h.kind = static_cast<MsgKind>(kind);
-  if (!get_bin(a[2], m.h.op)) return errc::malformed;
+  if (!get_fixed(a[2], m.h.op)) return errc::malformed;
   m.h.tag = tag;
   m.h.phase = static_cast<Phase>(phase);
   m.h.index = static_cast<std::uint32_t>(index);
@@ -180,13 +167,13 @@ transport::Result<Message> decode_message(std::span<const std::uint8_t> bytes,
   m.h.codec = static_cast<WireCodec>(codec);
   const msgpack::object& extra = a[9];
   if (m.h.kind == MsgKind::tensor_begin) {
-    if (!get_bin(extra, m.h.digest)) return errc::malformed;
+    if (!get_fixed(extra, m.h.digest)) return errc::malformed;
   } else if (m.h.kind == MsgKind::abort) {
     if (extra.type != msgpack::type::ARRAY || extra.via.array.size > limits.max_suspects)
       return errc::malformed;
     for (std::uint32_t i = 0; i < extra.via.array.size; ++i) {
       NodeId id;
-      if (!get_bin(extra.via.array.ptr[i], id)) return errc::malformed;
+      if (!get_fixed(extra.via.array.ptr[i], id)) return errc::malformed;
       m.h.suspects.push_back(id);
     }
   } else if (extra.type != msgpack::type::NIL) {

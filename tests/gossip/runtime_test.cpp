@@ -43,8 +43,6 @@ std::vector<float> randn(std::uint32_t seed, std::size_t n) {
   return v;
 }
 
-using AllReduceResult = std::pair<OpStatus, std::vector<float>>;
-
 std::future<std::unique_ptr<Protocol>> run(Members& m, std::size_t i, std::unique_ptr<Protocol> p) {
   auto done = std::make_shared<std::promise<std::unique_ptr<Protocol>>>();
   auto f = done->get_future();
