@@ -160,21 +160,35 @@ void Matchmaker::on_read(std::uint64_t attempt, dht::GetResult res) {
   if (attempt != attempt_ || state_ != State::reading) return;
   MatchResult r;
   r.window = window_;
-  std::vector<NodeId> ids;
+  std::vector<std::pair<NodeId, std::uint64_t>> seen;  // (id, round)
+  std::map<std::uint64_t, std::size_t> rounds;
   for (const auto& rec : res.records) {
-    if (ids.size() >= opts_.max_ready) break;
+    if (seen.size() >= opts_.max_ready) break;
     if (rec.subkey != "ready") continue;
     auto info = decode_ready(rec.value);
     if (!info || info->run_id != run_id_ || info->window != window_) continue;
     const NodeId id = rec.owner_id();
     if (id != dht_.id() && live_ && !live_(id)) continue;  // stale or departed member
-    ids.push_back(id);
+    seen.emplace_back(id, info->round);
+    ++rounds[info->round];
     if (!info->addresses.empty()) r.addresses[id] = info->addresses.front();
   }
-  r.ready_seen = ids.size();
+  r.ready_seen = seen.size();
+  std::size_t best = 0;
+  for (const auto& [round, count] : rounds)  // ascending: ties go to the higher round
+    if (count >= best) best = count, r.swarm_round = round;
+  std::vector<NodeId> ids;
+  for (const auto& [id, round] : seen)
+    if (!opts_.same_round || round == r.swarm_round) ids.push_back(id);
   r.group = {dht_.id()};
-  if (std::find(ids.begin(), ids.end(), dht_.id()) == ids.end()) {
+  const bool found =
+      std::any_of(seen.begin(), seen.end(), [&](const auto& e) { return e.first == dht_.id(); });
+  if (!found) {
     r.note = "our own ready record was not found";
+  } else if (opts_.same_round && round_ != r.swarm_round) {
+    r.out_of_sync = true;
+    r.note = "our round " + std::to_string(round_) + " is not the swarm's round " +
+             std::to_string(r.swarm_round);
   } else {
     for (auto& g : make_groups(run_id_, window_, ids, opts_.group_size))
       if (std::find(g.begin(), g.end(), dht_.id()) != g.end()) r.group = g;

@@ -13,9 +13,11 @@
 // that finds nobody else tries the next windows for up to `patience`, then (or when its read
 // fails or exceeds `read_timeout`) gets a group of one: the local-only step. A node 3× slower than
 // the others simply lands in whichever window it is ready for and pairs with whoever is ready
-// there; nobody waits longer than window + settle + read for it. When two nodes read different sets
-// (records still spreading) their groups may disagree; the exchange then finds no partner and times
-// out to local-only. Sans-IO like Membership: it drives a DhtNode with the times it is given.
+// there; nobody waits longer than window + settle + read for it. For DiLoCo (same_round) only
+// members at the window's majority round are grouped; one at another round is told so. When two
+// nodes read different sets (records still spreading) their groups may disagree; the exchange then
+// finds no partner and times out to local-only. Sans-IO like Membership: it drives a DhtNode with
+// the times it is given.
 #pragma once
 
 #include <functional>
@@ -44,6 +46,11 @@ struct MatchOptions {
   /// 2 for NoLoCo pairs; 0 for one DiLoCo group of everyone ready in the window, or a bound on
   /// the all-reduce group size. A member not ready in the window is left out of that round.
   std::size_t group_size = 2;
+  /// DiLoCo: every member of a group must hold the same slow weights, so only ready members at
+  /// the window's swarm round (the round most of its records name; ties to the higher) are
+  /// grouped. A member at another round gets a group of one with out_of_sync set: it catches up
+  /// by state sync instead of stalling or corrupting the others' round.
+  bool same_round = false;
 };
 
 struct ReadyInfo {
@@ -73,8 +80,10 @@ struct MatchResult {
   std::uint64_t window = 0;
   std::vector<NodeId> group;  ///< our group, ourselves included; size 1 = no partner
   std::map<NodeId, std::string> addresses;
-  std::size_t ready_seen = 0;  ///< ready records of this window that passed the checks
-  std::string note;            ///< why the group is of one, when it is
+  std::size_t ready_seen = 0;     ///< ready records of this window that passed the checks
+  std::string note;               ///< why the group is of one, when it is
+  std::uint64_t swarm_round = 0;  ///< the round most ready records of the window name
+  bool out_of_sync = false;       ///< same_round: our round is not the swarm round
 };
 
 class Matchmaker {

@@ -46,6 +46,10 @@ transport::Result<ModeRequest> decode_mode(std::span<const std::uint8_t> value) 
   return r;
 }
 
+std::string mode_subkey(std::uint64_t from_round) {
+  return "mode:" + std::to_string(from_round);
+}
+
 dht::Key mode_key(const std::string& run_id) {
   return dht::key_of("grove/run/" + run_id + "/mode");
 }
@@ -54,9 +58,9 @@ std::vector<ModeRequest> mode_requests(const std::string& run_id,
                                        const std::vector<dht::Record>& records) {
   std::vector<ModeRequest> out;
   for (const auto& rec : records) {
-    if (rec.subkey != "mode") continue;
+    if (!rec.subkey.starts_with("mode")) continue;
     auto r = decode_mode(rec.value);
-    if (!r || r->run_id != run_id) continue;
+    if (!r || r->run_id != run_id || rec.subkey != mode_subkey(r->from_round)) continue;
     r->requester = rec.owner_id();
     out.push_back(*r);
   }

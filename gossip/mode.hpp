@@ -1,6 +1,8 @@
 // The outer mode of a run, switchable at run time by any member: NoLoCo pair averaging (the
 // default) or DiLoCo group all-reduce. A request is a signed DHT record of its requester (subkey
-// "mode" under key("grove/run/<run>/mode")) naming the mode and the round from which it applies;
+// "mode:<from_round>" under key("grove/run/<run>/mode"), one slot per request so a requester's
+// later switch back does not replace its earlier switch) naming the mode and the round from which
+// it applies;
 // a later request (a higher from_round) switches again, e.g. back to NoLoCo. Every node reads the
 // same records and derives the same schedule: for round r the mode is that of the request with
 // the greatest from_round <= r (ties: the greater requester id), or the run's configured mode.
@@ -33,6 +35,8 @@ struct ModeRequest {
 std::vector<std::uint8_t> encode_mode(const ModeRequest& r);
 transport::Result<ModeRequest> decode_mode(std::span<const std::uint8_t> value);
 dht::Key mode_key(const std::string& run_id);
+/// The record subkey of a request: "mode:<from_round>" (a record under another subkey is ignored).
+std::string mode_subkey(std::uint64_t from_round);
 
 /// Decodes the "mode" records of a get (foreign runs and malformed values are skipped).
 std::vector<ModeRequest> mode_requests(const std::string& run_id,

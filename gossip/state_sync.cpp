@@ -157,11 +157,13 @@ std::span<const std::uint8_t> StateSnapshot::chunk(std::uint32_t i) const {
 }
 
 void StateServer::add(std::shared_ptr<const StateSnapshot> s) {
+  std::lock_guard lock(mu_);
   snaps_.push_back(std::move(s));
   while (snaps_.size() > keep_) snaps_.erase(snaps_.begin());
 }
 
 std::shared_ptr<const StateSnapshot> StateServer::latest() const {
+  std::lock_guard lock(mu_);
   return snaps_.empty() ? nullptr : snaps_.back();
 }
 
@@ -169,6 +171,7 @@ transport::Result<std::vector<std::uint8_t>> StateServer::answer(
     std::span<const std::uint8_t> request) const {
   auto r = decode_state_request(request);
   if (!r) return r.error();
+  std::lock_guard lock(mu_);
   for (const auto& s : snaps_) {
     if (s->root() != r->root) continue;
     if (!r->index) return s->manifest_bytes();

@@ -19,6 +19,7 @@
 
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -82,7 +83,8 @@ class StateSnapshot {
   Digest root_{};
 };
 
-/// Answers joiners' requests from the snapshots it holds (the latest `keep` rounds).
+/// Answers joiners' requests from the snapshots it holds (the latest `keep` rounds). Thread-safe:
+/// the round engine adds snapshots on its strand while the transport answers on the host's.
 class StateServer {
  public:
   explicit StateServer(std::size_t keep = 2) : keep_(keep) {}
@@ -94,6 +96,7 @@ class StateServer {
 
  private:
   std::size_t keep_;
+  mutable std::mutex mu_;
   std::vector<std::shared_ptr<const StateSnapshot>> snaps_;  // oldest first
 };
 

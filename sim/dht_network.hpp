@@ -44,6 +44,11 @@ class DhtNetwork {
   void set_model(LinkModel m) { model_ = m; }
 
   Time now() const { return now_; }
+  /// The time of the next pending event, if any.
+  std::optional<Time> next_event() const {
+    if (events_.empty()) return std::nullopt;
+    return events_.top().at;
+  }
   /// Runs `fn` on node i now (an API call), then collects what it sends.
   void call(std::size_t i, const std::function<void(dht::DhtNode&)>& fn);
   /// Processes events until virtual time `t`.

@@ -1,5 +1,6 @@
 #include "sim/gossip_network.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 namespace grove::sim {
@@ -17,8 +18,30 @@ GossipNetwork::GossipNetwork(std::uint64_t seed, GossipLinkModel model)
 NodeId GossipNetwork::add_node() {
   NodeId id;
   for (auto& b : id) b = static_cast<std::uint8_t>(rng_());
+  return add_node(id);
+}
+
+NodeId GossipNetwork::add_node(const NodeId& id) {
   nodes_[id].bytes_per_ms = model_.bytes_per_ms;
   return id;
+}
+
+std::optional<dht::Time> GossipNetwork::next_event() const {
+  if (events_.empty()) return std::nullopt;
+  return events_.top().at;
+}
+
+void GossipNetwork::hand_over(const NodeId& node, const OpId& op) {
+  if (!on_finished_) return;
+  auto& n = nodes_.at(node);
+  auto it = n.ops.find(op);
+  if (it == n.ops.end() || !it->second->finished()) return;
+  auto p = std::move(it->second);
+  n.ops.erase(it);
+  n.timer_at.erase(op);
+  n.finished.push_back(op);
+  if (n.finished.size() > 256) n.finished.pop_front();
+  on_finished_(node, std::move(p));
 }
 
 void GossipNetwork::set_uplink(const NodeId& node, double bytes_per_ms) {
@@ -62,6 +85,7 @@ void GossipNetwork::attach(const NodeId& node, std::unique_ptr<gossip::Protocol>
     }
   }
   schedule_timer(node, *slot);
+  hand_over(node, op);
 }
 
 void GossipNetwork::collect(const NodeId& node, gossip::Protocol& p) {
@@ -152,14 +176,18 @@ void GossipNetwork::step(Event e) {
       }
       return;
     }
-    case Kind::peer_failed:
+    case Kind::peer_failed: {
       if (!n.alive || n.hung) return;
+      std::vector<OpId> ops;
       for (auto& [op, p] : n.ops) {
         p->on_peer_failed(e.from, now_);
         collect(e.to, *p);
         schedule_timer(e.to, *p);
+        ops.push_back(op);
       }
+      for (const auto& op : ops) hand_over(e.to, op);
       return;
+    }
     case Kind::timer: {
       if (!n.alive || n.hung) return;
       auto it = n.ops.find(e.op);
@@ -169,6 +197,7 @@ void GossipNetwork::step(Event e) {
       it->second->on_timer(now_);
       collect(e.to, *it->second);
       schedule_timer(e.to, *it->second);
+      hand_over(e.to, e.op);
       return;
     }
     case Kind::deliver: {
@@ -191,6 +220,7 @@ void GossipNetwork::step(Event e) {
       if (!m) return;
       auto it = n.ops.find(m->h.op);
       if (it == n.ops.end()) {
+        if (std::find(n.finished.begin(), n.finished.end(), m->h.op) != n.finished.end()) return;
         if (n.early_bytes + e.bytes->size() <= kMaxEarlyBytes) {
           n.early_bytes += e.bytes->size();
           n.early[m->h.op].emplace_back(e.from, std::move(*e.bytes));
@@ -200,6 +230,7 @@ void GossipNetwork::step(Event e) {
       it->second->on_message(e.from, *m, now_);
       collect(e.to, *it->second);
       schedule_timer(e.to, *it->second);
+      hand_over(e.to, m->h.op);
       return;
     }
   }

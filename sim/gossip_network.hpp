@@ -6,6 +6,7 @@
 // without closing anything). Used by the gossip tests and, later, the swarm simulator.
 #pragma once
 
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -31,6 +32,12 @@ class GossipNetwork {
 
   /// Adds a node and returns its id (drawn from the seed).
   gossip::NodeId add_node();
+  /// Adds a node with a given id (e.g. its DHT identity in sim::Swarm).
+  gossip::NodeId add_node(const gossip::NodeId& id);
+  /// When set, a finished operation is handed over (and removed from the node; later messages
+  /// for it are dropped) instead of staying readable through protocol().
+  using Finished = std::function<void(const gossip::NodeId&, std::unique_ptr<gossip::Protocol>)>;
+  void set_on_finished(Finished f) { on_finished_ = std::move(f); }
   /// Starts an operation on `node` now; messages for its op that arrived early are delivered.
   void attach(const gossip::NodeId& node, std::unique_ptr<gossip::Protocol> p);
   gossip::Protocol* protocol(const gossip::NodeId& node, const gossip::OpId& op);
@@ -45,6 +52,8 @@ class GossipNetwork {
   void set_uplink(const gossip::NodeId& node, double bytes_per_ms);
 
   dht::Time now() const { return now_; }
+  /// The time of the next pending event, if any.
+  std::optional<dht::Time> next_event() const;
   void run_until(dht::Time t);
   /// Runs until pred() holds (checked after every event) or `limit` of virtual time passes.
   bool run_until(const std::function<bool()>& pred, dht::Time limit);
@@ -63,6 +72,7 @@ class GossipNetwork {
     std::uint64_t sent = 0;
     std::uint64_t kill_offset = UINT64_MAX;
     std::map<gossip::OpId, dht::Time> timer_at;
+    std::deque<gossip::OpId> finished;  // handed over: late messages for them are dropped
   };
   enum class Kind { deliver, timer, peer_failed, die };
   struct Event {
@@ -80,6 +90,7 @@ class GossipNetwork {
   void collect(const gossip::NodeId& node, gossip::Protocol& p);
   void schedule_timer(const gossip::NodeId& node, gossip::Protocol& p);
   void die(const gossip::NodeId& node, dht::Time at);
+  void hand_over(const gossip::NodeId& node, const gossip::OpId& op);
   void step(Event e);
 
   GossipLinkModel model_;
@@ -88,6 +99,7 @@ class GossipNetwork {
   std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
   std::uint64_t seq_ = 0;
   dht::Time now_{0};
+  Finished on_finished_;
 };
 
 }  // namespace grove::sim

@@ -100,15 +100,15 @@ void records(std::span<const std::uint8_t> bytes) {
     check(m->chunks.size() <= 64);
     check(gossip::encode_manifest(*m).size() <= bytes.size() + 64);
   }
-  static const gossip::StateServer server = [] {
-    gossip::StateServer s;
-    s.add(std::make_shared<gossip::StateSnapshot>("fuzz", 1, std::vector<std::uint8_t>(1000, 7),
-                                                  256));
+  static const auto server = [] {
+    auto s = std::make_unique<gossip::StateServer>();
+    s->add(std::make_shared<gossip::StateSnapshot>("fuzz", 1, std::vector<std::uint8_t>(1000, 7),
+                                                   256));
     return s;
   }();
-  (void)server.answer(bytes);
+  (void)server->answer(bytes);
   // A download fed the input as the donor's first answer (the manifest) and as a chunk.
-  auto snap = server.latest();
+  auto snap = server->latest();
   gossip::StateDownload d("fuzz", {{peer(0), "a:1", "fuzz", 1, 1000, snap->root()}}, {}, Time(0));
   auto reqs = d.take_requests();
   check(reqs.size() == 1);

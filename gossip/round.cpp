@@ -1,0 +1,536 @@
+#include "gossip/round.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+
+#include <spdlog/spdlog.h>
+
+#include "dht/key.hpp"
+#include "transport/crypto.hpp"
+
+namespace grove::gossip {
+
+using transport::errc;
+
+const char* to_string(RoundReport::Kind k) {
+  switch (k) {
+    case RoundReport::Kind::round:
+      return "round";
+    case RoundReport::Kind::synced:
+      return "synced";
+    case RoundReport::Kind::sync_failed:
+      return "sync_failed";
+  }
+  return "?";
+}
+
+Digest weights_hash(std::span<const float> phi) {
+  return transport::blake2b_256(
+      {reinterpret_cast<const std::uint8_t*>(phi.data()), phi.size_bytes()});
+}
+
+namespace {
+
+std::string hex8(const Digest& d) {
+  return transport::to_hex(std::span(d).first(4));
+}
+
+// Wraps a callback so that it does nothing once the engine is gone (the DHT and the membership
+// may outlive it and still hold its callbacks).
+template <class F>
+auto guarded(const std::shared_ptr<bool>& alive, F f) {
+  return [w = std::weak_ptr<bool>(alive), f = std::move(f)](auto&&... args) mutable {
+    if (auto a = w.lock(); a && *a) f(std::forward<decltype(args)>(args)...);
+  };
+}
+
+}  // namespace
+
+RoundEngine::RoundEngine(dht::DhtNode& dht, dht::Membership& members, std::string run_id,
+                         std::vector<std::string> addresses, RoundOptions opts,
+                         std::shared_ptr<StateServer> server)
+    : dht_(dht),
+      members_(members),
+      run_id_(std::move(run_id)),
+      addresses_(std::move(addresses)),
+      opts_(std::move(opts)),
+      server_(std::move(server)) {
+  if (!dht::valid_run_id(run_id_)) throw transport::ConfigError("invalid run id: " + run_id_);
+  MatchOptions pair = opts_.match, group = opts_.match;
+  pair.group_size = 2;
+  pair.same_round = false;
+  group.group_size = opts_.diloco_group;
+  group.same_round = true;
+  pairs_ = std::make_unique<Matchmaker>(dht_, run_id_, pair);
+  groups_ = std::make_unique<Matchmaker>(dht_, run_id_, group);
+  auto live = [this](const NodeId& id) {
+    for (const auto& m : members_.live(dht_.now()))
+      if (m.id == id) return true;
+    return false;
+  };
+  pairs_->set_live_filter(live);
+  groups_->set_live_filter(live);
+  members_.watch(guarded(alive_, [this](dht::MemberEvent e, const dht::MemberInfo& m) {
+    if (e != dht::MemberEvent::left) check_member(m);
+  }));
+}
+
+RoundEngine::~RoundEngine() {
+  *alive_ = false;
+}
+
+// ---- starting ---------------------------------------------------------------------------------
+
+void RoundEngine::start(optim::OuterState state, Time now) {
+  if (state.momentum.size() != state.phi.size()) state.momentum.assign(state.phi.size(), 0.0f);
+  state_ = std::move(state);
+  has_state_ = true;
+  phase_ = Phase::idle;
+  after_state(now);
+  poll_modes(now);
+}
+
+void RoundEngine::join(Time now) {
+  poll_modes(now);
+  begin_sync(0, true, "joining", now);
+}
+
+// ---- the round ---------------------------------------------------------------------------------
+
+void RoundEngine::submit(std::vector<float> theta, Time now) {
+  if (phase_ != Phase::idle) throw std::logic_error("RoundEngine::submit while not idle");
+  if (theta.size() != state_.phi.size())
+    throw std::invalid_argument("RoundEngine::submit: θ has " + std::to_string(theta.size()) +
+                                " values, φ " + std::to_string(state_.phi.size()));
+  theta_ = std::move(theta);
+  submitted_ = now;
+  round_mode_ = mode_of(state_.round);
+  const bool switched = state_.round > 0 && mode_of(state_.round - 1) != round_mode_;
+  entering_diloco_ = switched && round_mode_ == OuterMode::diloco;
+  // NoLoCo's m and DiLoCo's b are different quantities (and signs): restart from zero.
+  if (switched) std::fill(state_.momentum.begin(), state_.momentum.end(), 0.0f);
+  phase_ = Phase::matching;
+  auto self = members_.self();
+  self.status = "averaging";
+  members_.set_self(self);
+  auto& mm = round_mode_ == OuterMode::diloco ? *groups_ : *pairs_;
+  mm.ready(state_.round, addresses_, now,
+           guarded(alive_, [this](MatchResult m) { on_match(std::move(m), dht_.now()); }));
+}
+
+std::vector<float> RoundEngine::delta() const {
+  std::vector<float> d(state_.phi.size());
+  optim::pseudo_gradient(state_.phi, theta_, d, opts_.threads);
+  return d;
+}
+
+void RoundEngine::on_match(MatchResult m, Time now) {
+  if (phase_ != Phase::matching) return;
+  RoundReport r;
+  r.round = state_.round;
+  r.mode = round_mode_;
+  r.group = m.group;
+  const bool diloco = round_mode_ == OuterMode::diloco;
+  if (diloco && m.out_of_sync) {
+    begin_sync(std::max(m.swarm_round, state_.round), false,
+               "left out of round " + std::to_string(state_.round) + ": " + m.note, now);
+    return;
+  }
+  if (m.group.size() < 2) {
+    r.note = m.note;
+    bool others = false;
+    for (const auto& mem : members_.live(now)) others |= mem.id != dht_.id();
+    if (diloco && others) {
+      // The others averaged without us: our slow weights would differ from theirs from now on.
+      begin_sync(state_.round, false,
+                 "left out of round " + std::to_string(state_.round) + ": " + m.note, now);
+      return;
+    }
+    apply_local(r);
+    return finish_round(std::move(r), now);
+  }
+
+  const OpId op = group_op(run_id_, m.window, m.group);
+  const NodeId self = dht_.id();
+  StartOp start;
+  start.op = op;
+  for (const auto& id : m.group)
+    if (auto it = m.addresses.find(id); it != m.addresses.end() && id != self)
+      start.addresses.emplace(id, it->second);
+  if (!diloco) {
+    auto tensors = std::make_shared<std::vector<std::vector<float>>>();
+    if (opts_.noloco.one_tensor()) {
+      tensors->push_back(theta_);
+    } else {
+      tensors->push_back(delta());
+      tensors->push_back(state_.phi);
+    }
+    start.make = [op, self, group = m.group, tensors, o = opts_.exchange](Time t) {
+      return std::make_unique<GroupExchange>(op, self, group, std::move(*tensors), o, t);
+    };
+  } else {
+    auto input = std::make_shared<std::vector<float>>();
+    if (entering_diloco_) {
+      // The slow weights differ after NoLoCo rounds: average them once with the pseudo-gradient.
+      *input = state_.phi;
+      const auto d = delta();
+      input->insert(input->end(), d.begin(), d.end());
+    } else {
+      *input = delta();
+    }
+    start.make = [op, self, ring = m.group, input, o = opts_.allreduce](Time t) {
+      return std::make_unique<RingAllReduce>(op, self, ring, std::move(*input), o, t);
+    };
+  }
+  op_ = op;
+  group_ = m.group;
+  phase_ = Phase::running;
+  ops_.push_back(std::move(start));
+}
+
+void RoundEngine::apply_local(RoundReport& r) {
+  r.local_only = true;
+  if (round_mode_ == OuterMode::diloco) {
+    const auto d = delta();
+    optim::diloco_step(state_.phi, state_.momentum, d, opts_.diloco, opts_.threads);
+  } else if (opts_.noloco.one_tensor()) {
+    optim::noloco_step_theta(state_.phi, state_.momentum, theta_, opts_.noloco, opts_.threads);
+  } else {
+    const auto d = delta();
+    const auto phi = state_.phi;
+    optim::noloco_step(state_.phi, state_.momentum, d, phi, opts_.noloco, opts_.threads);
+  }
+}
+
+void RoundEngine::on_op_finished(std::unique_ptr<Protocol> p, Time now) {
+  if (phase_ != Phase::running || (p && p->op() != *op_)) return;
+  RoundReport r;
+  r.round = state_.round;
+  r.mode = round_mode_;
+  r.group = group_;
+  op_.reset();
+  if (!p) {
+    r.note = "the driver could not run the operation";
+    if (round_mode_ == OuterMode::diloco) return begin_sync(state_.round, false, r.note, now);
+    apply_local(r);
+    return finish_round(std::move(r), now);
+  }
+  if (auto* ex = dynamic_cast<GroupExchange*>(p.get())) {
+    r.averaged_with = ex->completed();
+    r.bytes_sent = ex->bytes_sent();
+    r.bytes_received = ex->bytes_received();
+    for (const auto& [peer, why] : ex->failures())
+      r.note += (r.note.empty() ? "" : "; ") + dht::short_hex(peer) + ": " + why;
+    r.local_only = r.averaged_with.empty();
+    const auto& mean = ex->mean();  // ours alone when nobody completed: the local-only step
+    if (opts_.noloco.one_tensor()) {
+      optim::noloco_step_theta(state_.phi, state_.momentum, mean.at(0), opts_.noloco,
+                               opts_.threads);
+    } else {
+      optim::noloco_step(state_.phi, state_.momentum, mean.at(0), mean.at(1), opts_.noloco,
+                         opts_.threads);
+    }
+    return finish_round(std::move(r), now);
+  }
+  auto* ar = dynamic_cast<RingAllReduce*>(p.get());
+  if (!ar) return;
+  r.bytes_sent = ar->stats().bytes_sent;
+  r.bytes_received = ar->stats().bytes_received;
+  if (ar->status() != OpStatus::done) {
+    return begin_sync(
+        state_.round, false,
+        "all-reduce of round " + std::to_string(state_.round) + " failed: " + ar->failure(), now);
+  }
+  for (const auto& id : ar->members())
+    if (id != dht_.id()) r.averaged_with.push_back(id);
+  const auto& res = ar->result();
+  const std::size_t n = state_.phi.size();
+  std::span<const float> mean_delta(res);
+  if (entering_diloco_) {
+    std::copy(res.begin(), res.begin() + static_cast<std::ptrdiff_t>(n), state_.phi.begin());
+    mean_delta = mean_delta.subspan(n);
+    r.note = "first DiLoCo round: slow weights averaged";
+  }
+  optim::diloco_step(state_.phi, state_.momentum, mean_delta, opts_.diloco, opts_.threads);
+  r.local_only = r.averaged_with.empty();
+  if (ar->suspects().size())
+    r.note += (r.note.empty() ? "" : "; ") + std::to_string(ar->suspects().size()) +
+              " member(s) excluded";
+  const std::set<NodeId> members(ar->members().begin(), ar->members().end());
+  finish_round(std::move(r), now);
+  if (members.size() > 1) {
+    expect_[state_.round] = Expect{weights_hash(state_.phi), members};
+    while (expect_.size() > 16) expect_.erase(expect_.begin());
+    for (const auto& m : members_.live(now)) check_member(m);
+  }
+}
+
+void RoundEngine::finish_round(RoundReport r, Time now) {
+  ++state_.round;
+  r.weights_hash = weights_hash(state_.phi);
+  r.sync_time = now - submitted_;
+  theta_.clear();
+  theta_.shrink_to_fit();
+  phase_ = Phase::idle;
+  after_state(now);
+  reports_.push_back(std::move(r));
+}
+
+void RoundEngine::after_state(Time now) {
+  auto self = members_.self();
+  self.round = state_.round;
+  self.weights_hash = weights_hash(state_.phi);
+  self.status = "training";
+  if (self.addresses.empty()) self.addresses = addresses_;
+  members_.set_self(self);
+  if (!opts_.serve_state || !server_) return;
+  auto snap = std::make_shared<StateSnapshot>(run_id_, state_.round, optim::serialize(state_),
+                                              opts_.snapshot_chunk);
+  server_->add(snap);
+  StateOffer o;
+  o.address = addresses_.empty() ? "" : addresses_.front();
+  o.run_id = run_id_;
+  o.round = state_.round;
+  o.size = snap->size();
+  o.root = snap->root();
+  offer_seq_ =
+      std::max(offer_seq_ + 1, static_cast<std::uint64_t>(std::max<std::int64_t>(now.count(), 0)));
+  dht_.put_signed(state_key(run_id_), "state", offer_seq_, now + opts_.offer_ttl, encode_offer(o),
+                  now);
+}
+
+void RoundEngine::mix(std::span<float> theta, float alpha) const {
+  if (theta.size() != state_.phi.size())
+    throw std::invalid_argument("RoundEngine::mix: size mismatch");
+  for (std::size_t i = 0; i < theta.size(); ++i)
+    theta[i] = alpha * theta[i] + (1.0f - alpha) * state_.phi[i];
+}
+
+// ---- consistency -------------------------------------------------------------------------------
+
+void RoundEngine::check_member(const dht::MemberInfo& m) {
+  if (m.id == dht_.id() || m.run_id != run_id_) return;
+  const auto it = expect_.find(m.round);
+  if (it == expect_.end() || !it->second.group.contains(m.id)) return;
+  if (!checked_.insert({m.round, m.id}).second) return;
+  while (checked_.size() > 4096) checked_.erase(checked_.begin());
+  if (m.weights_hash == it->second.hash) return;
+  ++mismatches_;
+  spdlog::error(
+      "slow weights differ after DiLoCo round {}: member {} published {} but ours are {} "
+      "({} mismatch(es) so far)",
+      m.round - 1, dht::short_hex(m.id), hex8(m.weights_hash), hex8(it->second.hash), mismatches_);
+}
+
+// ---- mode schedule
+// -------------------------------------------------------------------------------
+
+OuterMode RoundEngine::mode_of(std::uint64_t round) const {
+  return mode_for_round(modes_, round, opts_.mode);
+}
+
+void RoundEngine::poll_modes(Time now) {
+  if (mode_polling_) return;
+  mode_polling_ = true;
+  dht_.get(mode_key(run_id_), now, guarded(alive_, [this](dht::GetResult res) {
+             mode_polling_ = false;
+             next_mode_poll_ = dht_.now() + opts_.mode_poll;
+             // Union with what we knew: one get may miss a record that another saw.
+             for (auto& m : mode_requests(run_id_, res.records)) {
+               const bool known = std::any_of(modes_.begin(), modes_.end(), [&](const auto& k) {
+                 return k.requester == m.requester && k.from_round == m.from_round;
+               });
+               if (!known && modes_.size() < 1024) {
+                 spdlog::info("run {}: {} from round {} (requested by {})", run_id_,
+                              to_string(m.mode), m.from_round, dht::short_hex(m.requester));
+                 modes_.push_back(std::move(m));
+               }
+             }
+           }));
+}
+
+void RoundEngine::request_mode(OuterMode mode, std::optional<std::uint64_t> from_round, Time now,
+                               std::function<void(transport::Result<std::uint64_t>)> done) {
+  const std::uint64_t first = state_.round + opts_.mode_lead;
+  const std::uint64_t r = from_round.value_or(first);
+  if (r < first) {
+    if (done) done(transport::make_error_code(errc::rejected));
+    return;
+  }
+  ModeRequest req{dht_.id(), run_id_, mode, r};
+  modes_.push_back(req);
+  dht_.put_signed(mode_key(run_id_), mode_subkey(r), 1, now + Time(std::chrono::hours(23)),
+                  encode_mode(req), now,
+                  guarded(alive_, [r, done = std::move(done)](dht::PutResult pr) {
+                    if (!done) return;
+                    if (pr.acked == 0 && !pr.local)
+                      done(transport::make_error_code(errc::unreachable));
+                    else
+                      done(r);
+                  }));
+}
+
+// ---- state sync --------------------------------------------------------------------------------
+
+void RoundEngine::begin_sync(std::uint64_t min_round, bool joining, std::string why, Time now) {
+  phase_ = Phase::syncing;
+  joining_ = joining;
+  sync_min_round_ = min_round;
+  sync_started_ = now;
+  sync_why_ = std::move(why);
+  download_.reset();
+  op_.reset();
+  if (!joining) spdlog::warn("{}; catching up by state sync", sync_why_);
+  auto self = members_.self();
+  self.status = "syncing";
+  if (self.addresses.empty()) self.addresses = addresses_;
+  if (has_state_) members_.set_self(self);
+  const std::uint64_t attempt = ++sync_attempt_;
+  offers_retry_ = Time::max();
+  dht_.get(state_key(run_id_), now, guarded(alive_, [this, attempt](dht::GetResult res) {
+             on_offers(attempt, std::move(res), dht_.now());
+           }));
+}
+
+void RoundEngine::on_offers(std::uint64_t attempt, dht::GetResult res, Time now) {
+  if (attempt != sync_attempt_ || phase_ != Phase::syncing || download_) return;
+  std::vector<std::pair<Digest, StateOffer>> found;
+  for (const auto& rec : res.records) {
+    if (rec.subkey != "state") continue;
+    auto o = decode_offer(rec.value);
+    if (!o || o->run_id != run_id_ || o->round < sync_min_round_) continue;
+    o->donor = rec.owner_id();
+    if (o->donor == dht_.id() || o->address.empty()) continue;
+    // Joiners spread over the donors of the newest round: order ties by a hash of both ids.
+    transport::Blake2b256 h;
+    h.update(dht_.id());
+    h.update(o->donor);
+    found.emplace_back(h.final(), std::move(*o));
+  }
+  if (found.empty()) {
+    if (now - sync_started_ < opts_.offers_wait) {
+      offers_retry_ = now + Time(2000);
+      return;
+    }
+    return sync_failed("no state offers for run " + run_id_, now);
+  }
+  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) {
+    return a.second.round != b.second.round ? a.second.round > b.second.round : a.first < b.first;
+  });
+  std::vector<StateOffer> offers;
+  for (auto& [h, o] : found) offers.push_back(std::move(o));
+  download_ = std::make_unique<StateDownload>(run_id_, std::move(offers), opts_.sync, now);
+}
+
+std::vector<StateDownload::Request> RoundEngine::take_state_requests() {
+  if (!download_) return {};
+  return download_->take_requests();
+}
+
+void RoundEngine::on_state_response(std::uint64_t id, std::span<const std::uint8_t> body,
+                                    Time now) {
+  if (phase_ != Phase::syncing || !download_) return;
+  download_->on_response(id, body, now);
+  sync_done(now);
+}
+
+void RoundEngine::on_state_failure(std::uint64_t id, Time now) {
+  if (phase_ != Phase::syncing || !download_) return;
+  download_->on_failure(id, now);
+  sync_done(now);
+}
+
+void RoundEngine::sync_done(Time now) {
+  if (!download_ || download_->status() == OpStatus::running) return;
+  if (download_->status() == OpStatus::failed) return sync_failed(download_->failure(), now);
+  auto s = optim::deserialize(download_->blob(), opts_.max_values);
+  if (!s) return sync_failed("the downloaded state does not parse", now);
+  if (has_state_ && s->phi.size() != state_.phi.size())
+    return sync_failed("the downloaded state has " + std::to_string(s->phi.size()) +
+                           " values, ours " + std::to_string(state_.phi.size()),
+                       now);
+  const StateOffer offer = download_->offer();
+  download_.reset();
+  if (s->momentum.size() != s->phi.size()) s->momentum.assign(s->phi.size(), 0.0f);
+  state_ = std::move(*s);
+  has_state_ = true;
+  ++syncs_;
+  phase_ = Phase::idle;
+  theta_.clear();
+  after_state(now);
+  RoundReport r;
+  r.kind = RoundReport::Kind::synced;
+  r.round = state_.round;
+  r.mode = mode_of(state_.round);
+  r.weights_hash = weights_hash(state_.phi);
+  r.bytes_received = offer.size;
+  r.sync_time = now - sync_started_;
+  r.note = sync_why_ + ": state of round " + std::to_string(offer.round) + " from " +
+           dht::short_hex(offer.donor);
+  spdlog::info("{}", r.note);
+  reports_.push_back(std::move(r));
+}
+
+void RoundEngine::sync_failed(const std::string& why, Time now) {
+  download_.reset();
+  offers_retry_ = Time::max();
+  RoundReport r;
+  r.round = state_.round;
+  r.mode = mode_of(state_.round);
+  r.note = sync_why_ + "; state sync failed: " + why;
+  if (!has_state_) {
+    phase_ = Phase::none;
+    r.kind = RoundReport::Kind::sync_failed;
+    spdlog::warn("{}", r.note);
+    reports_.push_back(std::move(r));
+    return;
+  }
+  // Catching up failed: keep our slow weights (the next round tells again whether we are out of
+  // step) and let the node train on.
+  spdlog::warn("{}; keeping our slow weights", r.note);
+  phase_ = Phase::idle;
+  theta_.clear();
+  r.local_only = true;
+  r.weights_hash = weights_hash(state_.phi);
+  r.sync_time = now - submitted_;
+  after_state(now);
+  reports_.push_back(std::move(r));
+}
+
+// ---- timers ------------------------------------------------------------------------------------
+
+void RoundEngine::on_timer(Time now) {
+  pairs_->on_timer(now);
+  groups_->on_timer(now);
+  if (!mode_polling_ && now >= next_mode_poll_ && phase_ != Phase::none) poll_modes(now);
+  if (phase_ == Phase::syncing) {
+    if (download_) {
+      download_->on_timer(now);
+      sync_done(now);
+    } else if (now >= offers_retry_) {
+      offers_retry_ = Time::max();
+      const std::uint64_t attempt = ++sync_attempt_;
+      dht_.get(state_key(run_id_), now, guarded(alive_, [this, attempt](dht::GetResult res) {
+                 on_offers(attempt, std::move(res), dht_.now());
+               }));
+    }
+  }
+}
+
+std::optional<Time> RoundEngine::next_deadline() const {
+  std::optional<Time> t;
+  auto take = [&](std::optional<Time> d) {
+    if (d && (!t || *d < *t)) t = d;
+  };
+  take(pairs_->next_deadline());
+  take(groups_->next_deadline());
+  if (!mode_polling_ && phase_ != Phase::none) take(next_mode_poll_);
+  if (phase_ == Phase::syncing) {
+    if (download_) take(download_->next_deadline());
+    if (offers_retry_ != Time::max()) take(offers_retry_);
+  }
+  return t;
+}
+
+}  // namespace grove::gossip

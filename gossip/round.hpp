@@ -1,0 +1,205 @@
+// The outer loop of one node: everything between two inner phases, sans-IO. The node trains H
+// inner steps, hands the fast weights θ to submit(), and the engine
+//  1. takes the round's mode from the mode schedule (gossip/mode.hpp; the records are polled in
+//     the background every `mode_poll`, so a round never waits for them);
+//  2. matches (gossip/matchmaking.hpp): a pair or trio for NoLoCo; for DiLoCo the window's group
+//     of members at the swarm's round (everyone, or groups of `diloco_group`);
+//  3. asks its driver to run the group's operation: NoLoCo's GroupExchange of θ (θ and φ when
+//     β ≠ γ), or DiLoCo's RingAllReduce of Δ = φ − θ (of φ and Δ in the first DiLoCo round after
+//     NoLoCo, whose slow weights differ per node: the group's φ is averaged once, then every
+//     member holds the same φ);
+//  4. applies the outer step (optim/outer.hpp) with what came back, or the local-only step when
+//     nobody completed; the momentum restarts from zero when the mode changes;
+//  5. publishes the new round and the BLAKE2b-256 of φ in its member record, checks the records
+//     of its DiLoCo group for the same round against its own hash (a mismatch is logged as an
+//     error and counted), and serves a snapshot of its state to joiners (gossip/state_sync.hpp),
+//     announced by a signed offer record.
+// A joiner starts with join(): it reads the offers and downloads the newest state. A DiLoCo member
+// that was left out of a round (too slow for the window, not at the swarm's round, or excluded
+// from the all-reduce) catches up the same way instead of applying a step of its own: its slow
+// weights would otherwise differ from the group's from then on.
+//
+// The driver (the node's Asio runtime, or sim::Swarm) feeds the DHT and the engine the time,
+// runs the operations from take_ops() with its own clock (StartOp::make), carries the state
+// requests from take_state_requests(), and calls on_timer at next_deadline(). The engine's own
+// time is the DHT's (record time).
+#pragma once
+
+#include <deque>
+#include <functional>
+#include <memory>
+#include <set>
+
+#include "dht/membership.hpp"
+#include "gossip/allreduce.hpp"
+#include "gossip/exchange.hpp"
+#include "gossip/matchmaking.hpp"
+#include "gossip/mode.hpp"
+#include "gossip/state_sync.hpp"
+#include "optim/outer.hpp"
+
+namespace grove::gossip {
+
+struct RoundOptions {
+  OuterMode mode = OuterMode::noloco;  ///< the run's configured mode
+  optim::NoLoCoConfig noloco;
+  optim::DiLoCoConfig diloco;
+  ExchangeOptions exchange;
+  AllReduceOptions allreduce;
+  MatchOptions match;            ///< group_size and same_round are set per mode
+  std::size_t diloco_group = 0;  ///< 0 = everyone at the swarm round in the window
+  Time mode_poll{5'000};
+  std::uint64_t mode_lead = 2;  ///< a mode request names a round at least this far ahead
+  bool serve_state = true;      ///< keep snapshots for joiners and announce them
+  Time offer_ttl{600'000};
+  std::uint32_t snapshot_chunk = 4u << 20;
+  StateSyncOptions sync;
+  Time offers_wait{20'000};  ///< how long a sync looks for offers before giving up
+  std::size_t max_values = std::size_t{1} << 31;
+  unsigned threads = 0;  ///< optim threads (0 = all)
+};
+
+struct RoundReport {
+  enum class Kind {
+    round,        ///< a round ended: the new φ is in state()
+    synced,       ///< the state was replaced by a downloaded one (join or catch-up)
+    sync_failed,  ///< a join found no usable state (the node decides: retry or give up)
+  };
+  Kind kind = Kind::round;
+  std::uint64_t round = 0;  ///< round: the round that ended; synced: the round we are at now
+  OuterMode mode = OuterMode::noloco;
+  std::vector<NodeId> group;          ///< as matched (ourselves included)
+  std::vector<NodeId> averaged_with;  ///< partners whose tensors were used
+  bool local_only = false;
+  std::uint64_t bytes_sent = 0, bytes_received = 0;
+  Time sync_time{0};  ///< submit to new slow weights
+  Digest weights_hash{};
+  std::string note;
+};
+const char* to_string(RoundReport::Kind k);
+
+/// BLAKE2b-256 of the values' bytes.
+Digest weights_hash(std::span<const float> phi);
+
+class RoundEngine {
+ public:
+  /// An operation for the driver to run; make(now) builds it with the driver's clock.
+  struct StartOp {
+    OpId op{};
+    std::function<std::unique_ptr<Protocol>(Time now)> make;
+    std::map<NodeId, std::string> addresses;
+  };
+
+  /// `addresses` are ours (ready records, offers). `server` receives our snapshots (may be
+  /// shared with the transport's request handler). Throws ConfigError for a bad run id.
+  RoundEngine(dht::DhtNode& dht, dht::Membership& members, std::string run_id,
+              std::vector<std::string> addresses, RoundOptions opts,
+              std::shared_ptr<StateServer> server);
+  ~RoundEngine();
+  RoundEngine(const RoundEngine&) = delete;
+  RoundEngine& operator=(const RoundEngine&) = delete;
+
+  /// Starts from `state` (bootstrap, or a restart from a checkpoint).
+  void start(optim::OuterState state, Time now);
+  /// Starts by downloading the swarm's state; a synced (or sync_failed) report follows.
+  void join(Time now);
+
+  /// True when the node may train: the state is present and no round or sync is in flight
+  /// (with overlap the node trains on while a round is in flight, but submits only when idle).
+  bool idle() const { return phase_ == Phase::idle; }
+  bool has_state() const { return has_state_; }
+  /// A group operation of ours is running (an exchange or an all-reduce).
+  bool averaging() const { return phase_ == Phase::running; }
+  bool syncing() const { return phase_ == Phase::syncing; }
+  /// θ after the inner steps (φ's size). Only when idle() (std::logic_error otherwise).
+  void submit(std::vector<float> theta, Time now);
+
+  /// The slow weights, momentum and round (the next inner phase starts from state().phi).
+  const optim::OuterState& state() const { return state_; }
+  /// Overlap: the fast weights trained during the round, mixed with the new slow weights:
+  /// θ = α·θ + (1−α)·φ (the next Δ is still taken against φ).
+  void mix(std::span<float> theta, float alpha = 0.5f) const;
+
+  /// Requests `mode` from round `from_round` (default: our round + mode_lead); done gets the
+  /// round, or errc::rejected for a round less than mode_lead ahead.
+  void request_mode(OuterMode mode, std::optional<std::uint64_t> from_round, Time now,
+                    std::function<void(transport::Result<std::uint64_t>)> done = {});
+  OuterMode mode_of(std::uint64_t round) const;
+  const std::vector<ModeRequest>& mode_schedule() const { return modes_; }
+
+  // ---- driver ----
+  std::vector<StartOp> take_ops() { return std::exchange(ops_, {}); }
+  /// The operation of a StartOp ended (nullptr: the driver could not run it).
+  void on_op_finished(std::unique_ptr<Protocol> p, Time now);
+  std::vector<StateDownload::Request> take_state_requests();
+  void on_state_response(std::uint64_t id, std::span<const std::uint8_t> body, Time now);
+  void on_state_failure(std::uint64_t id, Time now);
+  void on_timer(Time now);
+  std::optional<Time> next_deadline() const;
+
+  std::vector<RoundReport> take_reports() { return std::exchange(reports_, {}); }
+  /// DiLoCo group members whose published hash for a round differed from ours.
+  std::uint64_t mismatches() const { return mismatches_; }
+  std::uint64_t syncs() const { return syncs_; }
+  const NodeId& id() const { return dht_.id(); }
+
+ private:
+  enum class Phase { none, idle, matching, running, syncing };
+  struct Expect {
+    Digest hash{};
+    std::set<NodeId> group;
+  };
+
+  void on_match(MatchResult m, Time now);
+  void finish_round(RoundReport r, Time now);
+  void apply_local(RoundReport& r);
+  void after_state(Time now);
+  void begin_sync(std::uint64_t min_round, bool joining, std::string why, Time now);
+  void on_offers(std::uint64_t attempt, dht::GetResult res, Time now);
+  void sync_done(Time now);
+  void sync_failed(const std::string& why, Time now);
+  void poll_modes(Time now);
+  void check_member(const dht::MemberInfo& m);
+  std::vector<float> delta() const;
+
+  dht::DhtNode& dht_;
+  dht::Membership& members_;
+  std::string run_id_;
+  std::vector<std::string> addresses_;
+  RoundOptions opts_;
+  std::shared_ptr<StateServer> server_;
+  std::unique_ptr<Matchmaker> pairs_, groups_;
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+
+  Phase phase_ = Phase::none;
+  bool has_state_ = false;
+  optim::OuterState state_;
+  std::vector<float> theta_;
+  Time submitted_{0};
+  OuterMode round_mode_ = OuterMode::noloco;
+  bool entering_diloco_ = false;
+  std::optional<OpId> op_;
+  std::vector<NodeId> group_;
+  std::vector<StartOp> ops_;
+  std::vector<RoundReport> reports_;
+
+  // mode schedule
+  std::vector<ModeRequest> modes_;
+  Time next_mode_poll_{0};
+  bool mode_polling_ = false;
+
+  // state sync (join / catch-up)
+  std::unique_ptr<StateDownload> download_;
+  bool joining_ = false;
+  std::uint64_t sync_min_round_ = 0, sync_attempt_ = 0;
+  Time sync_started_{0}, offers_retry_{Time::max()};
+  std::string sync_why_;
+  std::uint64_t offer_seq_ = 0;
+
+  // consistency
+  std::map<std::uint64_t, Expect> expect_;  // round after the step → our hash and group
+  std::set<std::pair<std::uint64_t, NodeId>> checked_;
+  std::uint64_t mismatches_ = 0, syncs_ = 0;
+};
+
+}  // namespace grove::gossip

@@ -1,0 +1,256 @@
+#include "sim/swarm.hpp"
+
+#include <random>
+#include <stdexcept>
+
+namespace grove::sim {
+
+struct Swarm::Node {
+  std::size_t index = 0;
+  gossip::NodeId id{};
+  NodeSpec spec;
+  std::unique_ptr<dht::Membership> members;
+  std::shared_ptr<gossip::StateServer> server;
+  std::unique_ptr<gossip::RoundEngine> engine;
+  std::optional<Time> inner_done;
+  std::vector<gossip::RoundReport> reports;
+  std::size_t rounds = 0;
+  bool alive = true;
+};
+
+Swarm::Swarm(std::uint64_t seed, SwarmOptions opts)
+    : opts_(std::move(opts)),
+      seed_(seed),
+      dht_(seed, opts_.dht_link, opts_.dht),
+      gossip_(seed ^ 0x9e3779b97f4a7c15ull, opts_.gossip_link) {
+  now_ = dht_.now();
+  gossip_.run_until(now_);  // one time base for both networks
+  gossip_.set_on_finished([this](const gossip::NodeId& id, std::unique_ptr<gossip::Protocol> p) {
+    for (auto& n : nodes_) {
+      if (!n->alive || n->id != id) continue;
+      const std::size_t i = n->index;
+      dht_.call(i, [&](dht::DhtNode&) { n->engine->on_op_finished(std::move(p), now_); });
+      service(i);
+      return;
+    }
+  });
+}
+
+Swarm::~Swarm() {
+  // Engines and memberships refer to the DHT nodes: they go first.
+  for (auto& n : nodes_) {
+    n->engine.reset();
+    n->members.reset();
+  }
+}
+
+std::size_t Swarm::add(NodeSpec spec) {
+  const std::size_t i = dht_.add_node();
+  auto n = std::make_unique<Node>();
+  n->index = i;
+  n->id = dht_.node(i).id();
+  gossip_.add_node(n->id);
+  if (spec.target.empty()) {
+    std::mt19937_64 rng(seed_ * 1000003 + i);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    spec.target.resize(opts_.params);
+    for (auto& v : spec.target) v = dist(rng);
+  }
+  if (spec.target.size() != opts_.params) throw std::invalid_argument("Swarm: target size");
+  n->spec = std::move(spec);
+  n->members = std::make_unique<dht::Membership>(dht_.node(i), opts_.run_id, opts_.membership);
+  dht::MemberInfo self;
+  self.addresses = {dht_.address(i)};
+  self.status = "joining";
+  n->members->set_self(self);
+  n->server = std::make_shared<gossip::StateServer>();
+  n->engine =
+      std::make_unique<gossip::RoundEngine>(dht_.node(i), *n->members, opts_.run_id,
+                                            std::vector{dht_.address(i)}, opts_.round, n->server);
+  nodes_.push_back(std::move(n));
+  return i;
+}
+
+std::size_t Swarm::bootstrap(NodeSpec spec) {
+  const std::size_t i = add(std::move(spec));
+  optim::OuterState s;
+  s.phi.assign(opts_.params, 0.0f);
+  dht_.call(i, [&](dht::DhtNode&) { nodes_[i]->engine->start(std::move(s), now_); });
+  service(i);
+  return i;
+}
+
+std::size_t Swarm::join(std::size_t via, NodeSpec spec) {
+  const std::size_t i = add(std::move(spec));
+  dht_.call(i, [&](dht::DhtNode& d) {
+    d.bootstrap({dht_.address(via)}, now_, [this, i](std::size_t) {
+      if (alive(i)) nodes_[i]->engine->join(dht_.now());
+    });
+  });
+  service(i);
+  return i;
+}
+
+void Swarm::kill(std::size_t i) {
+  auto& n = *nodes_.at(i);
+  if (!n.alive) return;
+  n.alive = false;
+  n.engine.reset();
+  n.members.reset();
+  n.server.reset();
+  gossip_.kill(n.id);
+  dht_.kill(i);
+}
+
+bool Swarm::alive(std::size_t i) const {
+  return i < nodes_.size() && nodes_[i]->alive;
+}
+gossip::RoundEngine& Swarm::engine(std::size_t i) {
+  return *nodes_.at(i)->engine;
+}
+dht::Membership& Swarm::membership(std::size_t i) {
+  return *nodes_.at(i)->members;
+}
+const std::vector<gossip::RoundReport>& Swarm::reports(std::size_t i) const {
+  return nodes_.at(i)->reports;
+}
+const std::vector<float>& Swarm::target(std::size_t i) const {
+  return nodes_.at(i)->spec.target;
+}
+gossip::NodeId Swarm::id(std::size_t i) {
+  return nodes_.at(i)->id;
+}
+std::size_t Swarm::rounds(std::size_t i) const {
+  return nodes_.at(i)->rounds;
+}
+
+void Swarm::service(std::size_t i) {
+  auto& n = *nodes_[i];
+  if (!n.alive) return;
+  for (auto& op : n.engine->take_ops()) {
+    auto p = op.make(gossip_.now());
+    gossip_.attach(n.id, std::move(p));
+    if (!n.alive) return;
+  }
+  for (auto& req : n.engine->take_state_requests()) {
+    Reply r;
+    r.to = i;
+    r.id = req.id;
+    const auto lat = opts_.gossip_link.latency;
+    std::optional<std::size_t> donor;
+    if (req.address.rfind("sim:", 0) == 0) {
+      try {
+        donor = std::stoul(req.address.substr(4));
+      } catch (const std::exception&) {
+      }
+    }
+    if (!donor || !alive(*donor)) {
+      r.at = now_ + lat + opts_.gossip_link.loss_detect;
+    } else if (auto body = nodes_[*donor]->server->answer(req.body)) {
+      r.ok = true;
+      r.body = std::move(*body);
+      r.at = now_ + 2 * lat +
+             Time(static_cast<std::int64_t>(r.body.size() / opts_.gossip_link.bytes_per_ms));
+    } else {
+      r.at = now_ + 2 * lat;
+    }
+    r.seq = seq_++;
+    replies_.push(std::move(r));
+  }
+  for (auto& rep : n.engine->take_reports()) {
+    if (rep.kind == gossip::RoundReport::Kind::round) ++n.rounds;
+    n.reports.push_back(rep);
+    if (watch_) watch_(i, rep);
+    if (!n.alive) return;
+  }
+  if (!n.inner_done && n.engine->idle() && n.engine->has_state())
+    n.inner_done = now_ + n.spec.inner_time;
+}
+
+std::optional<Time> Swarm::deadline(std::size_t i) const {
+  const auto& n = *nodes_[i];
+  if (!n.alive) return std::nullopt;
+  Time t = n.members->next_deadline();
+  if (auto d = n.engine->next_deadline()) t = std::min(t, *d);
+  if (n.inner_done) t = std::min(t, *n.inner_done);
+  return t;
+}
+
+void Swarm::step(Time t) {
+  now_ = t;
+  dht_.run_until(t);
+  gossip_.run_until(t);
+  while (!replies_.empty() && replies_.top().at <= t) {
+    Reply r = replies_.top();
+    replies_.pop();
+    if (!alive(r.to)) continue;
+    auto& e = *nodes_[r.to]->engine;
+    dht_.call(r.to, [&](dht::DhtNode&) {
+      if (r.ok)
+        e.on_state_response(r.id, r.body, now_);
+      else
+        e.on_state_failure(r.id, now_);
+    });
+    service(r.to);
+  }
+  for (std::size_t i = 0; i < nodes_.size(); ++i) {
+    auto& n = *nodes_[i];
+    if (!n.alive) continue;
+    if (n.inner_done && *n.inner_done <= t && n.engine->idle()) {
+      n.inner_done.reset();
+      const auto& phi = n.engine->state().phi;
+      std::vector<float> theta(phi.size());
+      for (std::size_t k = 0; k < phi.size(); ++k)
+        theta[k] = phi[k] + opts_.inner_lr * (n.spec.target[k] - phi[k]);
+      dht_.call(i, [&](dht::DhtNode&) { n.engine->submit(std::move(theta), now_); });
+    }
+    if (!n.alive) continue;
+    if (auto d = deadline(i); d && *d <= t)
+      dht_.call(i, [&](dht::DhtNode&) {
+        n.members->on_timer(now_);
+        n.engine->on_timer(now_);
+      });
+    service(i);
+  }
+}
+
+void Swarm::run_until(Time t) {
+  run_until([] { return false; }, t - now_);
+}
+
+bool Swarm::run_until(const std::function<bool()>& pred, Time limit) {
+  const Time end = now_ + limit;
+  Time last{-1};
+  int same = 0;
+  while (!pred()) {
+    std::optional<Time> next = dht_.next_event();
+    auto take = [&](std::optional<Time> d) {
+      if (d && (!next || *d < *next)) next = d;
+    };
+    take(gossip_.next_event());
+    if (!replies_.empty()) take(replies_.top().at);
+    for (std::size_t i = 0; i < nodes_.size(); ++i) take(deadline(i));
+    if (!next || *next > end) break;
+    const Time t = std::max(*next, now_);
+    if (t == last && ++same > 100000) {
+      std::string who;
+      for (std::size_t i = 0; i < nodes_.size(); ++i) {
+        if (!nodes_[i]->alive) continue;
+        const auto& n = *nodes_[i];
+        if (n.members->next_deadline() <= t) who += " membership of node " + std::to_string(i);
+        if (auto d = n.engine->next_deadline(); d && *d <= t)
+          who += " round engine of node " + std::to_string(i);
+        if (n.inner_done && *n.inner_done <= t) who += " inner phase of node " + std::to_string(i);
+      }
+      throw std::logic_error("Swarm: no progress at one instant:" + who);
+    }
+    if (t != last) same = 0;
+    last = t;
+    step(t);
+  }
+  if (pred()) return true;
+  if (now_ < end) step(end);
+  return pred();
+}
+
+}  // namespace grove::sim

@@ -1,0 +1,101 @@
+// A whole swarm in virtual time: every node runs the real DHT node, membership and round engine
+// (gossip/round.hpp) over sim::DhtNetwork, its averaging operations over sim::GossipNetwork, and
+// its state sync requests over a modelled request/response channel. The inner phase is modelled:
+// a node "trains" for its inner_time, moving θ from φ towards its own target vector (a quadratic
+// objective per node, so the swarm's optimum is the mean of the targets). One clock drives all
+// three: the loop takes the earliest pending event of the DHT network, the gossip network, the
+// state channel and the nodes' own deadlines, and runs everything due at that instant.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <queue>
+#include <vector>
+
+#include "dht/membership.hpp"
+#include "gossip/round.hpp"
+#include "sim/dht_network.hpp"
+#include "sim/gossip_network.hpp"
+
+namespace grove::sim {
+
+struct SwarmOptions {
+  LinkModel dht_link{Time(10), Time(0), 0.0, true};
+  GossipLinkModel gossip_link{};
+  dht::DhtOptions dht{};
+  dht::MembershipOptions membership{};
+  gossip::RoundOptions round{};
+  std::string run_id = "sim-run";
+  std::size_t params = 1024;  ///< values in φ
+  float inner_lr = 0.5f;      ///< θ = φ + inner_lr·(target − φ)
+};
+
+struct NodeSpec {
+  Time inner_time{1000};      ///< the inner phase's duration
+  std::vector<float> target;  ///< empty: drawn from the seed
+};
+
+class Swarm {
+ public:
+  Swarm(std::uint64_t seed, SwarmOptions opts);
+  ~Swarm();
+
+  /// The first node: creates the run with φ = 0 (round 0).
+  std::size_t bootstrap(NodeSpec spec = {});
+  /// A node that joins through `via` (its address in the DHT) and syncs its state.
+  std::size_t join(std::size_t via, NodeSpec spec = {});
+  void kill(std::size_t i);
+  bool alive(std::size_t i) const;
+  std::size_t size() const { return nodes_.size(); }
+
+  gossip::RoundEngine& engine(std::size_t i);
+  dht::Membership& membership(std::size_t i);
+  const std::vector<gossip::RoundReport>& reports(std::size_t i) const;
+  const std::vector<float>& target(std::size_t i) const;
+  gossip::NodeId id(std::size_t i);
+  /// Rounds that ended (kind round) on node i.
+  std::size_t rounds(std::size_t i) const;
+  /// Called with every report as it happens.
+  void on_report(std::function<void(std::size_t, const gossip::RoundReport&)> f) {
+    watch_ = std::move(f);
+  }
+
+  Time now() const { return now_; }
+  void run_until(Time t);
+  void run_for(Time d) { run_until(now_ + d); }
+  /// Runs until pred() holds (checked after every instant) or `limit` of virtual time passes.
+  bool run_until(const std::function<bool()>& pred, Time limit);
+
+  DhtNetwork& dht_network() { return dht_; }
+  GossipNetwork& gossip_network() { return gossip_; }
+
+ private:
+  struct Node;
+  struct Reply {
+    Time at{0};
+    std::uint64_t seq = 0;
+    std::size_t to = 0;
+    std::uint64_t id = 0;
+    bool ok = false;
+    std::vector<std::uint8_t> body;
+    bool operator>(const Reply& o) const { return at != o.at ? at > o.at : seq > o.seq; }
+  };
+
+  std::size_t add(NodeSpec spec);
+  void step(Time t);
+  void service(std::size_t i);  // drains ops and state requests, handles reports
+  std::optional<Time> deadline(std::size_t i) const;
+
+  SwarmOptions opts_;
+  std::uint64_t seed_;
+  DhtNetwork dht_;
+  GossipNetwork gossip_;
+  std::vector<std::unique_ptr<Node>> nodes_;
+  std::priority_queue<Reply, std::vector<Reply>, std::greater<>> replies_;
+  std::uint64_t seq_ = 0;
+  Time now_{0};
+  std::function<void(std::size_t, const gossip::RoundReport&)> watch_;
+};
+
+}  // namespace grove::sim

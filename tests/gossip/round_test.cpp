@@ -1,0 +1,280 @@
+// The round engine end to end in a simulated swarm (sim::Swarm): NoLoCo pairs every round, a slow
+// node does not stall the others, DiLoCo members stay bit-identical, the run-time switch to DiLoCo
+// and back, a joiner during an all-reduce, a straggler that catches up, a member killed
+// mid-all-reduce, and the hash check that catches a member whose weights differ.
+#include "gossip/round.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+
+#include "sim/swarm.hpp"
+
+namespace grove::gossip {
+namespace {
+
+using sim::Swarm;
+using sim::SwarmOptions;
+using ms = std::chrono::milliseconds;
+
+SwarmOptions fast_options(OuterMode mode) {
+  SwarmOptions o;
+  o.params = 512;
+  o.round.mode = mode;
+  o.round.match.window = ms(2000);
+  o.round.match.min_lead = ms(500);
+  o.round.match.settle = ms(500);
+  o.round.match.read_timeout = ms(4000);
+  o.round.match.patience = ms(6000);
+  o.round.mode_poll = ms(1000);
+  o.round.exchange.chunk_timeout = ms(3000);
+  o.round.allreduce.chunk_timeout = ms(3000);
+  o.round.allreduce.heartbeat = ms(500);
+  o.round.threads = 1;
+  o.membership.poll_every = ms(1000);
+  o.membership.publish_every = ms(2000);
+  o.membership.ttl = ms(6000);
+  return o;
+}
+
+double rms(const std::vector<float>& a, const std::vector<float>& b) {
+  double s = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) s += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+  return std::sqrt(s / static_cast<double>(a.size()));
+}
+
+// Builds a swarm of `n` nodes (node 0 bootstraps) and waits until every node has its state.
+void grow(Swarm& s, std::size_t n, sim::NodeSpec spec = {}) {
+  s.bootstrap(spec);
+  for (std::size_t i = 1; i < n; ++i) s.join(0, spec);
+  ASSERT_TRUE(s.run_until(
+      [&] {
+        for (std::size_t i = 0; i < s.size(); ++i)
+          if (!s.engine(i).has_state()) return false;
+        return true;
+      },
+      ms(60'000)));
+}
+
+TEST(RoundEngine, NoLoCoSwarmPairsEveryRoundAndReachesConsensus) {
+  Swarm s(11, fast_options(OuterMode::noloco));
+  grow(s, 6, {ms(3000), {}});
+  s.run_for(ms(240'000));
+  std::size_t rounds = 0, averaged = 0;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    EXPECT_GE(s.rounds(i), 30u) << "node " << i;
+    for (const auto& r : s.reports(i)) {
+      if (r.kind != RoundReport::Kind::round) continue;
+      ++rounds;
+      averaged += !r.local_only;
+      EXPECT_EQ(r.mode, OuterMode::noloco);
+    }
+    EXPECT_EQ(s.engine(i).mismatches(), 0u);
+  }
+  EXPECT_GE(averaged * 10, rounds * 9) << averaged << " of " << rounds << " rounds averaged";
+  // Consensus: the slow weights are much closer to each other than the nodes' targets are.
+  double spread_phi = 0, spread_target = 0;
+  for (std::size_t i = 1; i < s.size(); ++i) {
+    spread_phi += rms(s.engine(i).state().phi, s.engine(0).state().phi);
+    spread_target += rms(s.target(i), s.target(0));
+  }
+  // (Each node's inner phase pulls θ half-way to its own target, so pairs alone cannot make the
+  // swarm agree; without averaging the ratio is 1.)
+  EXPECT_LT(spread_phi, 0.6 * spread_target);
+  std::printf("NoLoCo: %zu rounds, %zu averaged; spread of φ / spread of targets = %.3f\n", rounds,
+              averaged, spread_phi / spread_target);
+}
+
+TEST(RoundEngine, SlowNodeNeverStallsTheOthersAndStillAverages) {
+  Swarm s(12, fast_options(OuterMode::noloco));
+  grow(s, 5, {ms(3000), {}});
+  const std::size_t slow = s.join(0, {ms(9000), {}});
+  s.run_for(ms(300'000));
+  Time fast_worst{0};
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (i == slow) continue;
+    for (const auto& r : s.reports(i))
+      if (r.kind == RoundReport::Kind::round) fast_worst = std::max(fast_worst, r.sync_time);
+  }
+  std::size_t slow_rounds = 0, slow_averaged = 0;
+  for (const auto& r : s.reports(slow)) {
+    if (r.kind != RoundReport::Kind::round) continue;
+    ++slow_rounds;
+    slow_averaged += !r.local_only;
+  }
+  // The fast nodes never wait for the slow one: a round costs them at most one matchmaking
+  // window (ready at least min_lead before it closes, read after settle) plus the exchange.
+  const auto& m = fast_options(OuterMode::noloco).round.match;
+  EXPECT_LE(fast_worst, m.window + m.min_lead + m.settle + ms(1000));
+  EXPECT_GE(s.rounds(0), 45u);  // 300 s at (3 s inner + ≤ 3 s to sync) per round
+  EXPECT_GE(slow_rounds, 20u);
+  EXPECT_GE(slow_averaged * 10, slow_rounds * 7) << slow_averaged << " of " << slow_rounds;
+  std::printf(
+      "slow node: %zu rounds, %zu averaged; fast node 0: %zu rounds; fast worst sync %lld ms\n",
+      slow_rounds, slow_averaged, s.rounds(0), static_cast<long long>(fast_worst.count()));
+}
+
+// Every member that completed DiLoCo round r reports the same slow-weights hash for it.
+void expect_identical_per_round(Swarm& s, std::size_t min_rounds_checked) {
+  std::map<std::uint64_t, std::map<Digest, int>> hashes;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (!s.alive(i)) continue;
+    for (const auto& r : s.reports(i))
+      if (r.kind == RoundReport::Kind::round && r.mode == OuterMode::diloco && !r.local_only)
+        ++hashes[r.round][r.weights_hash];
+  }
+  std::size_t checked = 0;
+  for (const auto& [round, h] : hashes) {
+    EXPECT_EQ(h.size(), 1u) << "round " << round << " ended with " << h.size() << " different φ";
+    checked += h.size() == 1;
+  }
+  EXPECT_GE(checked, min_rounds_checked);
+  for (std::size_t i = 0; i < s.size(); ++i)
+    if (s.alive(i)) EXPECT_EQ(s.engine(i).mismatches(), 0u) << "node " << i;
+}
+
+TEST(RoundEngine, DiLoCoMembersEndEveryRoundBitIdentical) {
+  Swarm s(13, fast_options(OuterMode::diloco));
+  grow(s, 5, {ms(3000), {}});
+  s.run_for(ms(120'000));
+  for (std::size_t i = 0; i < s.size(); ++i) EXPECT_GE(s.rounds(i), 15u) << "node " << i;
+  expect_identical_per_round(s, 15);
+  for (std::size_t i = 1; i < s.size(); ++i)
+    if (s.engine(i).state().round == s.engine(0).state().round)
+      EXPECT_EQ(s.engine(i).state().phi, s.engine(0).state().phi);
+}
+
+TEST(RoundEngine, RunTimeSwitchToDiLoCoAndBack) {
+  Swarm s(14, fast_options(OuterMode::noloco));
+  grow(s, 4, {ms(3000), {}});
+  s.run_for(ms(30'000));
+  const std::uint64_t to_diloco = s.engine(1).state().round + 3;
+  std::optional<transport::Result<std::uint64_t>> answer;
+  s.dht_network().call(1, [&](dht::DhtNode& d) {
+    s.engine(1).request_mode(OuterMode::diloco, to_diloco, d.now(),
+                             [&](transport::Result<std::uint64_t> r) { answer = r; });
+  });
+  ASSERT_TRUE(s.run_until([&] { return answer.has_value(); }, ms(10'000)));
+  ASSERT_TRUE(*answer);
+  EXPECT_EQ(**answer, to_diloco);
+  // A request for a round that has begun is refused.
+  std::optional<transport::Result<std::uint64_t>> refused;
+  s.engine(2).request_mode(OuterMode::diloco, s.engine(2).state().round, s.now(),
+                           [&](transport::Result<std::uint64_t> r) { refused = r; });
+  ASSERT_TRUE(refused && !*refused);
+
+  ASSERT_TRUE(s.run_until(
+      [&] {
+        for (std::size_t i = 0; i < s.size(); ++i)
+          if (s.engine(i).state().round < to_diloco + 8) return false;
+        return true;
+      },
+      ms(200'000)));
+  const std::uint64_t back = s.engine(3).state().round + 3;
+  s.dht_network().call(
+      3, [&](dht::DhtNode& d) { s.engine(3).request_mode(OuterMode::noloco, back, d.now()); });
+  ASSERT_TRUE(s.run_until(
+      [&] {
+        for (std::size_t i = 0; i < s.size(); ++i)
+          if (s.engine(i).state().round < back + 6) return false;
+        return true;
+      },
+      ms(200'000)));
+  std::size_t diloco_rounds = 0, noloco_after = 0;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    for (const auto& r : s.reports(i)) {
+      if (r.kind != RoundReport::Kind::round) continue;
+      const OuterMode want =
+          r.round >= to_diloco && r.round < back ? OuterMode::diloco : OuterMode::noloco;
+      EXPECT_EQ(r.mode, want) << "node " << i << " round " << r.round;
+      diloco_rounds += r.mode == OuterMode::diloco && !r.local_only;
+      noloco_after += r.mode == OuterMode::noloco && r.round >= back && !r.local_only;
+    }
+  }
+  EXPECT_GE(diloco_rounds, 4u * 6);
+  EXPECT_GE(noloco_after, 4u * 4);
+  expect_identical_per_round(s, 6);
+}
+
+TEST(RoundEngine, JoinerDuringAllReduceIsConsistentAfterThatRound) {
+  auto o = fast_options(OuterMode::diloco);
+  Swarm s(15, o);
+  grow(s, 4, {ms(3000), {}});
+  s.run_for(ms(20'000));
+  ASSERT_TRUE(s.run_until([&] { return s.engine(0).averaging(); }, ms(30'000)));
+  const std::uint64_t in_flight = s.engine(0).state().round;
+  const std::size_t j = s.join(2, {ms(3000), {}});
+  ASSERT_TRUE(s.run_until(
+      [&] {
+        for (const auto& r : s.reports(j))
+          if (r.kind == RoundReport::Kind::round && !r.local_only) return true;
+        return false;
+      },
+      ms(120'000)));
+  const auto& jr = s.reports(j);
+  ASSERT_FALSE(jr.empty());
+  EXPECT_EQ(jr.front().kind, RoundReport::Kind::synced);
+  EXPECT_GE(jr.front().round, in_flight);
+  s.run_for(ms(30'000));
+  expect_identical_per_round(s, 5);
+  // The joiner took part in DiLoCo rounds with the others.
+  std::size_t joint = 0;
+  for (const auto& r : s.reports(j)) joint += r.kind == RoundReport::Kind::round && !r.local_only;
+  EXPECT_GE(joint, 3u);
+}
+
+TEST(RoundEngine, DiLoCoStragglerIsLeftOutAndCatchesUp) {
+  Swarm s(16, fast_options(OuterMode::diloco));
+  grow(s, 4, {ms(3000), {}});
+  const std::size_t slow = s.join(0, {ms(9000), {}});
+  s.run_for(ms(150'000));
+  // The fast members kept a steady pace: round times bounded by the window machinery, not by the
+  // straggler.
+  const auto& m = fast_options(OuterMode::diloco).round.match;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (i == slow) continue;
+    EXPECT_GE(s.rounds(i), 15u) << "node " << i;
+    for (const auto& r : s.reports(i))
+      if (r.kind == RoundReport::Kind::round)
+        EXPECT_LE(r.sync_time, m.patience + m.window + m.settle + m.read_timeout);
+  }
+  EXPECT_GE(s.engine(slow).syncs(), 3u);  // caught up by state sync instead of stalling
+  expect_identical_per_round(s, 15);
+}
+
+TEST(RoundEngine, DiLoCoMemberKilledMidAllReduceLeavesSurvivorsIdentical) {
+  auto o = fast_options(OuterMode::diloco);
+  o.params = 1 << 16;  // an all-reduce that takes a while on the modelled links
+  o.gossip_link.bytes_per_ms = 2'000;
+  Swarm s(17, o);
+  grow(s, 5, {ms(3000), {}});
+  s.run_for(ms(20'000));
+  ASSERT_TRUE(s.run_until([&] { return s.engine(3).averaging(); }, ms(30'000)));
+  const std::uint64_t r = s.engine(3).state().round;
+  s.run_for(ms(20));
+  s.kill(3);
+  ASSERT_TRUE(s.run_until(
+      [&] {
+        for (std::size_t i = 0; i < s.size(); ++i)
+          if (s.alive(i) && s.engine(i).state().round <= r + 2) return false;
+        return true;
+      },
+      ms(120'000)));
+  expect_identical_per_round(s, 3);
+}
+
+TEST(RoundEngine, HashMismatchIsDetectedAndCounted) {
+  Swarm s(18, fast_options(OuterMode::diloco));
+  grow(s, 3, {ms(3000), {}});
+  ASSERT_TRUE(s.run_until([&] { return s.rounds(1) >= 3; }, ms(120'000)));
+  // Node 1 claims other slow weights for its round: the others' check must notice.
+  auto self = s.membership(1).self();
+  self.weights_hash[0] ^= 1;
+  s.membership(1).set_self(self);
+  ASSERT_TRUE(s.run_until([&] { return s.engine(0).mismatches() + s.engine(2).mismatches() >= 1; },
+                          ms(20'000)));
+}
+
+}  // namespace
+}  // namespace grove::gossip
