@@ -60,7 +60,14 @@ void DhtRuntime::on_message(const transport::PeerInfo& from, transport::Payload 
   pump();
 }
 
+void DhtRuntime::add_rider(std::weak_ptr<Rider> r) {
+  riders_.push_back(std::move(r));
+}
+
 void DhtRuntime::pump() {
+  std::erase_if(riders_, [](const auto& w) { return w.expired(); });
+  for (auto& w : std::vector(riders_))
+    if (auto r = w.lock()) r->after_event();
   for (auto& o : node_->take_outgoing()) {
     transport::PeerRef to{o.to.id, o.to.address};
     auto body = transport::Bytes::copy_of(o.bytes);
@@ -85,6 +92,9 @@ void DhtRuntime::arm() {
   if (stopped_) return;
   Time due = node_->next_deadline();
   for (auto& m : runs_) due = std::min(due, m->next_deadline());
+  for (auto& w : riders_)
+    if (auto r = w.lock())
+      if (auto d = r->next_deadline()) due = std::min(due, *d);
   if (due >= armed_for_) return;
   armed_for_ = due;
   const auto wait = std::max(Time(0), due - wall_now());
@@ -98,6 +108,8 @@ void DhtRuntime::arm() {
         const Time now = wall_now();
         self->node_->on_timer(now);
         for (auto& m : self->runs_) m->on_timer(now);
+        for (auto& w : std::vector(self->riders_))
+          if (auto r = w.lock()) r->on_timer(now);
         self->pump();
       });
 }

@@ -17,6 +17,17 @@ namespace grove::dht {
 
 class DhtRuntime : public std::enable_shared_from_this<DhtRuntime> {
  public:
+  /// A sans-IO component driven on the strand together with the DHT node (the round engine):
+  /// its deadlines join the DHT's timer, and after_event() runs after every event the node
+  /// handled, so that it can pass on what the node's callbacks produced.
+  class Rider {
+   public:
+    virtual ~Rider() = default;
+    virtual void on_timer(Time now) = 0;
+    virtual std::optional<Time> next_deadline() const = 0;
+    virtual void after_event() = 0;
+  };
+
   /// Registers the "dht" handler on `host`: call before host->start().
   static std::shared_ptr<DhtRuntime> create(std::shared_ptr<transport::Host> host, DhtOptions opts,
                                             std::uint64_t seed);
@@ -45,6 +56,11 @@ class DhtRuntime : public std::enable_shared_from_this<DhtRuntime> {
   std::shared_ptr<Membership> join(const std::string& run_id, MembershipOptions opts,
                                    MemberInfo self);
 
+  /// Adds a rider (strand only, e.g. from inside post()); it is dropped once it expires.
+  void add_rider(std::weak_ptr<Rider> r);
+  /// Re-reads the riders' deadlines (strand only; after a rider changed them outside an event).
+  void rearm() { arm(); }
+
   /// Wall-clock milliseconds since the epoch (the DHT's time base).
   static Time wall_now();
   boost::asio::any_io_executor executor() const { return host_->executor(); }
@@ -61,6 +77,7 @@ class DhtRuntime : public std::enable_shared_from_this<DhtRuntime> {
   boost::asio::steady_timer timer_;
   Time armed_for_ = Time::max();
   std::vector<std::shared_ptr<Membership>> runs_;
+  std::vector<std::weak_ptr<Rider>> riders_;
   std::string address_;
   bool stopped_ = false;
   std::unique_ptr<LanDiscovery> lan_;

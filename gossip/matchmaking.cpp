@@ -17,11 +17,13 @@ using transport::errc;
 std::vector<std::uint8_t> encode_ready(const ReadyInfo& r) {
   msgpack::sbuffer sb;
   msgpack::packer<msgpack::sbuffer> pk(sb);
-  pk.pack_array(4);
+  pk.pack_array(6);
   pk.pack(r.addresses);
   pk.pack(r.run_id);
   pk.pack(r.round);
   pk.pack(r.window);
+  pk.pack(r.group);
+  pk.pack(r.average_phi);
   return transport::mp::bytes_of(sb);
 }
 
@@ -30,7 +32,7 @@ transport::Result<ReadyInfo> decode_ready(std::span<const std::uint8_t> value) {
       value, {.array = 8, .map = 0, .str = 256, .bin = 0, .ext = 0, .depth = 2});
   if (!oh) return oh.error();
   const auto& o = oh->get();
-  if (o.type != msgpack::type::ARRAY || o.via.array.size != 4) return errc::malformed;
+  if (o.type != msgpack::type::ARRAY || o.via.array.size != 6) return errc::malformed;
   const auto* a = o.via.array.ptr;
   using namespace transport::mp;
   ReadyInfo r;
@@ -40,8 +42,11 @@ transport::Result<ReadyInfo> decode_ready(std::span<const std::uint8_t> value) {
   r.addresses.resize(n);
   for (std::size_t i = 0; i < n; ++i)
     if (!get_str(addrs[i], 256, r.addresses[i])) return errc::malformed;
-  if (!get_str(a[1], 256, r.run_id) || !get_u64(a[2], r.round) || !get_u64(a[3], r.window))
+  if (!get_str(a[1], 256, r.run_id) || !get_u64(a[2], r.round) || !get_u64(a[3], r.window) ||
+      a[4].type != msgpack::type::BOOLEAN || a[5].type != msgpack::type::BOOLEAN)
     return errc::malformed;
+  r.group = a[4].via.boolean;
+  r.average_phi = a[5].via.boolean;
   return r;
 }
 
@@ -104,8 +109,9 @@ Matchmaker::Matchmaker(dht::DhtNode& dht, std::string run_id, MatchOptions opts)
 }
 
 void Matchmaker::ready(std::uint64_t round, std::vector<std::string> addresses, Time now,
-                       std::function<void(MatchResult)> done) {
+                       std::function<void(MatchResult)> done, bool average_phi) {
   round_ = round;
+  average_phi_ = average_phi;
   done_ = std::move(done);
   addresses_ = std::move(addresses);
   first_ready_ = now;
@@ -128,6 +134,8 @@ void Matchmaker::publish(Time now) {
   info.run_id = run_id_;
   info.round = round_;
   info.window = window_;
+  info.group = opts_.same_round;
+  info.average_phi = average_phi_;
   // seq = window: a later window's record replaces an earlier one in our slot.
   dht_.put_signed(ready_key(run_id_, window_), "ready", window_, close + 4 * opts_.window,
                   encode_ready(info), now);
@@ -160,32 +168,42 @@ void Matchmaker::on_read(std::uint64_t attempt, dht::GetResult res) {
   if (attempt != attempt_ || state_ != State::reading) return;
   MatchResult r;
   r.window = window_;
-  std::vector<std::pair<NodeId, std::uint64_t>> seen;  // (id, round)
+  struct Seen {
+    NodeId id;
+    std::uint64_t round;
+  };
+  std::vector<Seen> seen;
   std::map<std::uint64_t, std::size_t> rounds;
+  std::uint64_t highest = 0;
   for (const auto& rec : res.records) {
     if (seen.size() >= opts_.max_ready) break;
     if (rec.subkey != "ready") continue;
     auto info = decode_ready(rec.value);
-    if (!info || info->run_id != run_id_ || info->window != window_) continue;
+    if (!info || info->run_id != run_id_ || info->window != window_ ||
+        info->group != opts_.same_round)
+      continue;
     const NodeId id = rec.owner_id();
     if (id != dht_.id() && live_ && !live_(id)) continue;  // stale or departed member
-    seen.emplace_back(id, info->round);
+    seen.push_back({id, info->round});
     ++rounds[info->round];
+    highest = std::max(highest, info->round);
+    r.average_phi |= opts_.same_round && info->average_phi;
     if (!info->addresses.empty()) r.addresses[id] = info->addresses.front();
   }
   r.ready_seen = seen.size();
   std::size_t best = 0;
   for (const auto& [round, count] : rounds)  // ascending: ties go to the higher round
     if (count >= best) best = count, r.swarm_round = round;
+  if (r.average_phi) r.swarm_round = highest;
   std::vector<NodeId> ids;
-  for (const auto& [id, round] : seen)
-    if (!opts_.same_round || round == r.swarm_round) ids.push_back(id);
+  for (const auto& e : seen)
+    if (!opts_.same_round || r.average_phi || e.round == r.swarm_round) ids.push_back(e.id);
   r.group = {dht_.id()};
   const bool found =
-      std::any_of(seen.begin(), seen.end(), [&](const auto& e) { return e.first == dht_.id(); });
+      std::any_of(seen.begin(), seen.end(), [&](const Seen& e) { return e.id == dht_.id(); });
   if (!found) {
     r.note = "our own ready record was not found";
-  } else if (opts_.same_round && round_ != r.swarm_round) {
+  } else if (opts_.same_round && !r.average_phi && round_ != r.swarm_round) {
     r.out_of_sync = true;
     r.note = "our round " + std::to_string(round_) + " is not the swarm's round " +
              std::to_string(r.swarm_round);

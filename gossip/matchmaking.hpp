@@ -49,7 +49,10 @@ struct MatchOptions {
   /// DiLoCo: every member of a group must hold the same slow weights, so only ready members at
   /// the window's swarm round (the round most of its records name; ties to the higher) are
   /// grouped. A member at another round gets a group of one with out_of_sync set: it catches up
-  /// by state sync instead of stalling or corrupting the others' round.
+  /// by state sync instead of stalling or corrupting the others' round. When a record of the
+  /// window asks for average_phi (a member entering DiLoCo from NoLoCo, whose slow weights differ
+  /// anyway), everyone is grouped whatever their round and the group averages φ as well.
+  /// Only records of this kind (group or pair) are considered.
   bool same_round = false;
 };
 
@@ -59,9 +62,12 @@ struct ReadyInfo {
   std::string run_id;
   std::uint64_t round = 0;
   std::uint64_t window = 0;
+  bool group = false;        ///< a DiLoCo group member (false: a NoLoCo pair member)
+  bool average_phi = false;  ///< DiLoCo: our slow weights differ from the group's (entering)
   friend bool operator==(const ReadyInfo&, const ReadyInfo&) = default;
 };
-/// Ready record value: msgpack [addresses, run_id, round, window]; decoding is bounded.
+/// Ready record value: msgpack [addresses, run_id, round, window, group, average_phi]; decoding
+/// is bounded.
 std::vector<std::uint8_t> encode_ready(const ReadyInfo& r);
 transport::Result<ReadyInfo> decode_ready(std::span<const std::uint8_t> value);
 dht::Key ready_key(const std::string& run_id, std::uint64_t window);
@@ -82,8 +88,9 @@ struct MatchResult {
   std::map<NodeId, std::string> addresses;
   std::size_t ready_seen = 0;     ///< ready records of this window that passed the checks
   std::string note;               ///< why the group is of one, when it is
-  std::uint64_t swarm_round = 0;  ///< the round most ready records of the window name
+  std::uint64_t swarm_round = 0;  ///< the round most ready records name (average_phi: the highest)
   bool out_of_sync = false;       ///< same_round: our round is not the swarm round
+  bool average_phi = false;       ///< same_round: the group averages φ too
 };
 
 class Matchmaker {
@@ -96,7 +103,7 @@ class Matchmaker {
   /// Declares us ready for `round` now; `done` runs once with the group (from on_timer or a DHT
   /// callback). A second ready() before the first finished replaces it.
   void ready(std::uint64_t round, std::vector<std::string> addresses, Time now,
-             std::function<void(MatchResult)> done);
+             std::function<void(MatchResult)> done, bool average_phi = false);
   bool busy() const { return state_ != State::idle; }
 
   void on_timer(Time now);
@@ -115,6 +122,7 @@ class Matchmaker {
   State state_ = State::idle;
   std::uint64_t attempt_ = 0;
   std::uint64_t round_ = 0, window_ = 0;
+  bool average_phi_ = false;
   Time read_at_{0}, give_up_at_{0}, first_ready_{0};
   std::vector<std::string> addresses_;
   std::function<void(MatchResult)> done_;

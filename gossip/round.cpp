@@ -116,7 +116,8 @@ void RoundEngine::submit(std::vector<float> theta, Time now) {
   members_.set_self(self);
   auto& mm = round_mode_ == OuterMode::diloco ? *groups_ : *pairs_;
   mm.ready(state_.round, addresses_, now,
-           guarded(alive_, [this](MatchResult m) { on_match(std::move(m), dht_.now()); }));
+           guarded(alive_, [this](MatchResult m) { on_match(std::move(m), dht_.now()); }),
+           entering_diloco_);
 }
 
 std::vector<float> RoundEngine::delta() const {
@@ -133,7 +134,7 @@ void RoundEngine::on_match(MatchResult m, Time now) {
   r.group = m.group;
   const bool diloco = round_mode_ == OuterMode::diloco;
   if (diloco && m.out_of_sync) {
-    begin_sync(std::max(m.swarm_round, state_.round), false,
+    begin_sync(m.swarm_round + 1, false,
                "left out of round " + std::to_string(state_.round) + ": " + m.note, now);
     return;
   }
@@ -143,7 +144,7 @@ void RoundEngine::on_match(MatchResult m, Time now) {
     for (const auto& mem : members_.live(now)) others |= mem.id != dht_.id();
     if (diloco && others) {
       // The others averaged without us: our slow weights would differ from theirs from now on.
-      begin_sync(state_.round, false,
+      begin_sync(state_.round + 1, false,
                  "left out of round " + std::to_string(state_.round) + ": " + m.note, now);
       return;
     }
@@ -171,7 +172,9 @@ void RoundEngine::on_match(MatchResult m, Time now) {
     };
   } else {
     auto input = std::make_shared<std::vector<float>>();
-    if (entering_diloco_) {
+    average_phi_ = m.average_phi;
+    group_round_ = m.swarm_round;
+    if (average_phi_) {
       // The slow weights differ after NoLoCo rounds: average them once with the pseudo-gradient.
       *input = state_.phi;
       const auto d = delta();
@@ -247,10 +250,14 @@ void RoundEngine::on_op_finished(std::unique_ptr<Protocol> p, Time now) {
   const auto& res = ar->result();
   const std::size_t n = state_.phi.size();
   std::span<const float> mean_delta(res);
-  if (entering_diloco_) {
+  if (average_phi_) {
+    // Members entered from NoLoCo: one φ, one momentum (zero) and one round for the group.
     std::copy(res.begin(), res.begin() + static_cast<std::ptrdiff_t>(n), state_.phi.begin());
+    std::fill(state_.momentum.begin(), state_.momentum.end(), 0.0f);
     mean_delta = mean_delta.subspan(n);
-    r.note = "first DiLoCo round: slow weights averaged";
+    state_.round = std::max(state_.round, group_round_);
+    r.round = state_.round;
+    r.note = "slow weights averaged (members entering DiLoCo)";
   }
   optim::diloco_step(state_.phi, state_.momentum, mean_delta, opts_.diloco, opts_.threads);
   r.local_only = r.averaged_with.empty();
@@ -410,7 +417,7 @@ void RoundEngine::on_offers(std::uint64_t attempt, dht::GetResult res, Time now)
   }
   if (found.empty()) {
     if (now - sync_started_ < opts_.offers_wait) {
-      offers_retry_ = now + Time(2000);
+      offers_retry_ = now + std::clamp(opts_.match.window / 4, Time(100), Time(2000));
       return;
     }
     return sync_failed("no state offers for run " + run_id_, now);

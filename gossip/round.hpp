@@ -5,9 +5,11 @@
 //  2. matches (gossip/matchmaking.hpp): a pair or trio for NoLoCo; for DiLoCo the window's group
 //     of members at the swarm's round (everyone, or groups of `diloco_group`);
 //  3. asks its driver to run the group's operation: NoLoCo's GroupExchange of θ (θ and φ when
-//     β ≠ γ), or DiLoCo's RingAllReduce of Δ = φ − θ (of φ and Δ in the first DiLoCo round after
-//     NoLoCo, whose slow weights differ per node: the group's φ is averaged once, then every
-//     member holds the same φ);
+//     β ≠ γ), or DiLoCo's RingAllReduce of Δ = φ − θ. A member entering DiLoCo from NoLoCo
+//     (whose slow weights differ from everyone's) asks in its ready record for φ to be averaged
+//     too: that window's group takes every DiLoCo member whatever its round, all-reduces φ ‖ Δ,
+//     restarts the momentum and continues from the highest round, so that every member then
+//     holds the same φ, momentum and round;
 //  4. applies the outer step (optim/outer.hpp) with what came back, or the local-only step when
 //     nobody completed; the momentum restarts from zero when the mode changes;
 //  5. publishes the new round and the BLAKE2b-256 of φ in its member record, checks the records
@@ -178,6 +180,8 @@ class RoundEngine {
   Time submitted_{0};
   OuterMode round_mode_ = OuterMode::noloco;
   bool entering_diloco_ = false;
+  bool average_phi_ = false;       // this DiLoCo round averages φ as well
+  std::uint64_t group_round_ = 0;  // the round the group agreed on
   std::optional<OpId> op_;
   std::vector<NodeId> group_;
   std::vector<StartOp> ops_;

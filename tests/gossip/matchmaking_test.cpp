@@ -70,7 +70,7 @@ TEST(Matchmaking, DiLoCoGroupsTakeEveryoneOrBoundedGroups) {
 }
 
 TEST(Matchmaking, ReadyRecordRoundTripsAndRejectsTruncation) {
-  ReadyInfo r{{}, {"10.0.0.1:4000"}, "run-x", 42, 1234567};
+  ReadyInfo r{{}, {"10.0.0.1:4000"}, "run-x", 42, 1234567, true, true};
   auto d = decode_ready(encode_ready(r));
   ASSERT_TRUE(d);
   EXPECT_EQ(*d, r);

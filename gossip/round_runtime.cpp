@@ -1,0 +1,149 @@
+#include "gossip/round_runtime.hpp"
+
+#include <future>
+
+#include <spdlog/spdlog.h>
+
+namespace grove::gossip {
+
+namespace {
+constexpr const char* kStateMethod = "state";
+}
+
+void serve_state(transport::Host& host, std::shared_ptr<StateServer> server) {
+  host.handle(kStateMethod, [server](const transport::PeerInfo& from, transport::Payload body,
+                                     transport::Responder r) {
+    auto answer = server->answer(body.bytes());
+    if (!answer) {
+      spdlog::debug("state request from {} refused: {}", transport::to_hex(from.id),
+                    answer.error().message());
+      r.fail(transport::errc::rejected, answer.error().message());
+      return;
+    }
+    r.reply(*answer);
+  });
+}
+
+RoundRuntime::RoundRuntime(std::shared_ptr<transport::Host> host,
+                           std::shared_ptr<dht::DhtRuntime> dht,
+                           std::shared_ptr<GossipRuntime> gossip,
+                           std::shared_ptr<dht::Membership> members, ReportFn on_report)
+    : host_(std::move(host)),
+      dht_(std::move(dht)),
+      gossip_(std::move(gossip)),
+      members_(std::move(members)),
+      on_report_(std::move(on_report)) {}
+
+std::shared_ptr<RoundRuntime> RoundRuntime::create(
+    std::shared_ptr<transport::Host> host, std::shared_ptr<dht::DhtRuntime> dht,
+    std::shared_ptr<GossipRuntime> gossip, std::shared_ptr<dht::Membership> members,
+    std::shared_ptr<StateServer> server, std::string run_id, std::vector<std::string> addresses,
+    RoundOptions opts, ReportFn on_report) {
+  auto rt = std::shared_ptr<RoundRuntime>(
+      new RoundRuntime(std::move(host), dht, std::move(gossip), members, std::move(on_report)));
+  // The engine is built on the strand: it registers a membership watch and uses the DHT node.
+  std::promise<void> built;
+  auto fut = built.get_future();
+  dht->post([rt, run_id = std::move(run_id), addresses = std::move(addresses),
+             opts = std::move(opts), server = std::move(server),
+             &built](dht::DhtNode& node, dht::Time) mutable {
+    try {
+      rt->engine_ =
+          std::make_unique<RoundEngine>(node, *rt->members_, std::move(run_id),
+                                        std::move(addresses), std::move(opts), std::move(server));
+      rt->dht_->add_rider(rt);
+      built.set_value();
+    } catch (...) {
+      built.set_exception(std::current_exception());
+    }
+  });
+  fut.get();  // rethrows a configuration error
+  return rt;
+}
+
+void RoundRuntime::start(optim::OuterState state) {
+  dht_->post(
+      [self = shared_from_this(), state = std::move(state)](dht::DhtNode&, dht::Time now) mutable {
+        self->engine_->start(std::move(state), now);
+      });
+}
+
+void RoundRuntime::join() {
+  dht_->post(
+      [self = shared_from_this()](dht::DhtNode&, dht::Time now) { self->engine_->join(now); });
+}
+
+void RoundRuntime::submit(std::vector<float> theta) {
+  dht_->post(
+      [self = shared_from_this(), theta = std::move(theta)](dht::DhtNode&, dht::Time now) mutable {
+        if (!self->engine_->idle()) {
+          spdlog::error("round engine busy: θ of this inner phase dropped");
+          return;
+        }
+        self->engine_->submit(std::move(theta), now);
+      });
+}
+
+void RoundRuntime::request_mode(OuterMode mode, std::optional<std::uint64_t> from_round,
+                                std::function<void(transport::Result<std::uint64_t>)> done) {
+  dht_->post([self = shared_from_this(), mode, from_round, done = std::move(done)](
+                 dht::DhtNode&, dht::Time now) mutable {
+    self->engine_->request_mode(mode, from_round, now, std::move(done));
+  });
+}
+
+void RoundRuntime::with_engine(std::function<void(RoundEngine&)> fn) {
+  dht_->post([self = shared_from_this(), fn = std::move(fn)](dht::DhtNode&, dht::Time) {
+    fn(*self->engine_);
+  });
+}
+
+void RoundRuntime::on_timer(dht::Time now) {
+  if (engine_) engine_->on_timer(now);
+}
+
+std::optional<dht::Time> RoundRuntime::next_deadline() const {
+  return engine_ ? engine_->next_deadline() : std::nullopt;
+}
+
+void RoundRuntime::after_event() {
+  if (!engine_) return;
+  std::weak_ptr<RoundRuntime> weak = shared_from_this();
+  for (auto& op : engine_->take_ops()) {
+    auto p = op.make(GossipRuntime::now());
+    gossip_->start(std::move(p), std::move(op.addresses), [weak](std::unique_ptr<Protocol> done) {
+      auto self = weak.lock();
+      if (!self) return;
+      // Back from the gossip strand to the DHT strand.
+      auto shared = std::make_shared<std::unique_ptr<Protocol>>(std::move(done));
+      self->dht_->post([weak, shared](dht::DhtNode&, dht::Time now) {
+        if (auto s = weak.lock()) s->engine_->on_op_finished(std::move(*shared), now);
+      });
+    });
+  }
+  for (auto& req : engine_->take_state_requests()) {
+    const auto timeout = std::max(dht::Time(1), req.deadline - dht::DhtRuntime::wall_now());
+    host_->request(transport::PeerRef::node(req.to, req.address), kStateMethod,
+                   transport::Bytes::copy_of(req.body), timeout,
+                   [weak, id = req.id](transport::Result<transport::Payload> res) {
+                     auto self = weak.lock();
+                     if (!self) return;
+                     auto body = res ? std::make_shared<std::vector<std::uint8_t>>(
+                                           res->bytes().begin(), res->bytes().end())
+                                     : nullptr;
+                     if (!res) spdlog::debug("state request failed: {}", res.error().message());
+                     self->dht_->post([weak, id, body](dht::DhtNode&, dht::Time now) {
+                       auto s = weak.lock();
+                       if (!s) return;
+                       if (body)
+                         s->engine_->on_state_response(id, *body, now);
+                       else
+                         s->engine_->on_state_failure(id, now);
+                     });
+                   });
+  }
+  for (auto& r : engine_->take_reports())
+    if (on_report_) on_report_(r);
+}
+
+}  // namespace grove::gossip

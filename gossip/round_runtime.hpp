@@ -1,0 +1,62 @@
+// RoundRuntime: the Asio driver of a RoundEngine (gossip/round.hpp) in the real node. The engine
+// rides on the DHT runtime's strand (dht::DhtRuntime::Rider): its deadlines join the DHT timer and
+// after every DHT event the runtime passes on what the engine produced:
+//   - group operations → GossipRuntime::start, built with the gossip clock; the finished core
+//     comes back to the engine on the DHT strand;
+//   - state requests → transport requests "state" to the donor (request_timeout each); answers
+//     and failures come back to the engine;
+//   - reports → the node's callback (on the DHT strand).
+// serve_state() registers the "state" request handler that answers joiners from a StateServer;
+// it must run before host->start() and the server is shared with the engine, which adds a
+// snapshot after every round (StateServer is thread-safe).
+#pragma once
+
+#include "dht/runtime.hpp"
+#include "gossip/round.hpp"
+#include "gossip/runtime.hpp"
+
+namespace grove::gossip {
+
+/// Answers "state" requests (manifest and chunk requests of joiners) from `server`.
+void serve_state(transport::Host& host, std::shared_ptr<StateServer> server);
+
+class RoundRuntime : public dht::DhtRuntime::Rider,
+                     public std::enable_shared_from_this<RoundRuntime> {
+ public:
+  using ReportFn = std::function<void(const RoundReport&)>;
+  /// `members` is the run's membership from dht->join(). Reports go to `on_report`.
+  static std::shared_ptr<RoundRuntime> create(
+      std::shared_ptr<transport::Host> host, std::shared_ptr<dht::DhtRuntime> dht,
+      std::shared_ptr<GossipRuntime> gossip, std::shared_ptr<dht::Membership> members,
+      std::shared_ptr<StateServer> server, std::string run_id, std::vector<std::string> addresses,
+      RoundOptions opts, ReportFn on_report);
+
+  // Thread-safe: each posts to the DHT strand.
+  void start(optim::OuterState state);
+  void join();
+  /// θ after the inner steps; ignored with an error line when a round is still in flight.
+  void submit(std::vector<float> theta);
+  void request_mode(OuterMode mode, std::optional<std::uint64_t> from_round,
+                    std::function<void(transport::Result<std::uint64_t>)> done);
+  /// Runs fn(engine) on the strand (reading state, mixing θ).
+  void with_engine(std::function<void(RoundEngine&)> fn);
+
+  // dht::DhtRuntime::Rider (strand)
+  void on_timer(dht::Time now) override;
+  std::optional<dht::Time> next_deadline() const override;
+  void after_event() override;
+
+ private:
+  RoundRuntime(std::shared_ptr<transport::Host> host, std::shared_ptr<dht::DhtRuntime> dht,
+               std::shared_ptr<GossipRuntime> gossip, std::shared_ptr<dht::Membership> members,
+               ReportFn on_report);
+
+  std::shared_ptr<transport::Host> host_;
+  std::shared_ptr<dht::DhtRuntime> dht_;
+  std::shared_ptr<GossipRuntime> gossip_;
+  std::shared_ptr<dht::Membership> members_;
+  ReportFn on_report_;
+  std::unique_ptr<RoundEngine> engine_;  // created on the strand
+};
+
+}  // namespace grove::gossip
