@@ -13,6 +13,10 @@ struct Swarm::Node {
   std::shared_ptr<gossip::StateServer> server;
   std::unique_ptr<gossip::RoundEngine> engine;
   std::optional<Time> inner_done;
+  std::vector<float> theta;  // overlap: the fast weights trained across rounds
+  bool waiting = false;      // overlap: an inner phase ended while the round was in flight
+  Time first_inner{-1};
+  Time busy{0};
   std::vector<gossip::RoundReport> reports;
   std::size_t rounds = 0;
   bool alive = true;
@@ -124,6 +128,12 @@ std::size_t Swarm::rounds(std::size_t i) const {
   return nodes_.at(i)->rounds;
 }
 
+double Swarm::utilization(std::size_t i) const {
+  const auto& n = *nodes_.at(i);
+  if (n.first_inner < Time(0) || now_ <= n.first_inner) return 0;
+  return static_cast<double>(n.busy.count()) / static_cast<double>((now_ - n.first_inner).count());
+}
+
 void Swarm::service(std::size_t i) {
   auto& n = *nodes_[i];
   if (!n.alive) return;
@@ -159,12 +169,29 @@ void Swarm::service(std::size_t i) {
   }
   for (auto& rep : n.engine->take_reports()) {
     if (rep.kind == gossip::RoundReport::Kind::round) ++n.rounds;
+    if (n.spec.overlap) {
+      if (rep.kind == gossip::RoundReport::Kind::round && n.theta.size() == opts_.params)
+        n.engine->mix(n.theta);
+      else {
+        n.theta = n.engine->state().phi;  // joined or caught up: start from the new φ
+        n.waiting = false;                // a phase trained on the old φ is dropped
+      }
+    }
     n.reports.push_back(rep);
     if (watch_) watch_(i, rep);
     if (!n.alive) return;
   }
-  if (!n.inner_done && n.engine->idle() && n.engine->has_state())
+  if (n.waiting && n.engine->idle()) {  // overlap: hand over the phase that waited
+    n.waiting = false;
+    dht_.call(i, [&](dht::DhtNode&) { n.engine->submit(n.theta, now_); });
+    return service(i);
+  }
+  if (!n.inner_done && !n.waiting && n.engine->has_state() &&
+      (n.engine->idle() || (n.spec.overlap && !n.engine->syncing()))) {
+    if (n.first_inner < Time(0)) n.first_inner = now_;
+    if (n.spec.overlap && n.theta.size() != opts_.params) n.theta = n.engine->state().phi;
     n.inner_done = now_ + n.spec.inner_time;
+  }
 }
 
 std::optional<Time> Swarm::deadline(std::size_t i) const {
@@ -196,13 +223,23 @@ void Swarm::step(Time t) {
   for (std::size_t i = 0; i < nodes_.size(); ++i) {
     auto& n = *nodes_[i];
     if (!n.alive) continue;
-    if (n.inner_done && *n.inner_done <= t && n.engine->idle()) {
+    if (n.inner_done && *n.inner_done <= t && (n.spec.overlap || n.engine->idle())) {
       n.inner_done.reset();
-      const auto& phi = n.engine->state().phi;
-      std::vector<float> theta(phi.size());
-      for (std::size_t k = 0; k < phi.size(); ++k)
-        theta[k] = phi[k] + opts_.inner_lr * (n.spec.target[k] - phi[k]);
-      dht_.call(i, [&](dht::DhtNode&) { n.engine->submit(std::move(theta), now_); });
+      n.busy += n.spec.inner_time;
+      if (n.spec.overlap) {
+        for (std::size_t k = 0; k < n.theta.size(); ++k)
+          n.theta[k] += opts_.inner_lr * (n.spec.target[k] - n.theta[k]);
+        if (n.engine->idle())
+          dht_.call(i, [&](dht::DhtNode&) { n.engine->submit(n.theta, now_); });
+        else
+          n.waiting = true;
+      } else {
+        const auto& phi = n.engine->state().phi;
+        std::vector<float> theta(phi.size());
+        for (std::size_t k = 0; k < phi.size(); ++k)
+          theta[k] = phi[k] + opts_.inner_lr * (n.spec.target[k] - phi[k]);
+        dht_.call(i, [&](dht::DhtNode&) { n.engine->submit(std::move(theta), now_); });
+      }
     }
     if (!n.alive) continue;
     if (auto d = deadline(i); d && *d <= t)

@@ -34,6 +34,10 @@ struct SwarmOptions {
 struct NodeSpec {
   Time inner_time{1000};      ///< the inner phase's duration
   std::vector<float> target;  ///< empty: drawn from the seed
+  /// Overlap: the next inner phase starts as soon as θ is submitted and trains on its own fast
+  /// weights; when the round's new φ arrives they are mixed (RoundEngine::mix). Without it the
+  /// node waits for the round and restarts from φ.
+  bool overlap = false;
 };
 
 class Swarm {
@@ -56,6 +60,8 @@ class Swarm {
   gossip::NodeId id(std::size_t i);
   /// Rounds that ended (kind round) on node i.
   std::size_t rounds(std::size_t i) const;
+  /// Time node i spent in inner phases ÷ the time since its first inner phase began.
+  double utilization(std::size_t i) const;
   /// Called with every report as it happens.
   void on_report(std::function<void(std::size_t, const gossip::RoundReport&)> f) {
     watch_ = std::move(f);
