@@ -94,6 +94,10 @@ Host::Host(asio::io_context& io, Identity identity, HostOptions opts)
     throw ConfigError("stream_chunk must be positive and fit in a frame");
   if (opts_.session.stream_window < opts_.session.stream_chunk)
     throw ConfigError("stream_window must hold at least one chunk");
+  if (opts_.session.send_queue_delay.count() <= 0 || opts_.session.send_queue_floor == 0 ||
+      opts_.session.send_queue_floor > opts_.session.send_high_water)
+    throw ConfigError(
+        "send_queue_delay must be positive and 0 < send_queue_floor <= send_high_water");
   if (opts_.mem_network) {
     connector_ = std::make_shared<MemConnector>(opts_.mem_network, strand_, identity_);
   } else {

@@ -80,7 +80,55 @@ Chunk::~Chunk() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// DrainMeter
+
+namespace detail {
+
+DrainMeter::DrainMeter(double min_rate, double max_rate, Clock::duration window)
+    : min_rate_(min_rate),
+      max_rate_(std::max(min_rate, max_rate)),
+      rate_(min_rate),
+      window_(window) {}
+
+void DrainMeter::measure(Clock::time_point now, std::uint64_t handed, std::uint64_t queued) {
+  if (!held_back_) return;
+  held_back_ = false;
+  const std::uint64_t drained = handed - queued - drained_at_;
+  if (drained >= queued_at_) {
+    // Everything that was queued left before we looked again: the link sat idle for part of
+    // the interval, so its true rate is higher than this interval shows. Allow more.
+    rate_ = std::min(max_rate_, rate_ * 2);
+    win_bytes_ = 0;
+    win_time_ = {};
+    return;
+  }
+  win_bytes_ += drained;
+  win_time_ += now - at_;
+  if (win_time_ < window_) return;
+  const double secs = std::chrono::duration<double>(win_time_).count();
+  rate_ = std::clamp(static_cast<double>(win_bytes_) / secs, min_rate_, max_rate_);
+  win_bytes_ = 0;
+  win_time_ = {};
+}
+
+void DrainMeter::mark(Clock::time_point now, std::uint64_t handed, std::uint64_t queued,
+                      bool held_back) {
+  held_back_ = held_back && queued > 0;
+  at_ = now;
+  drained_at_ = handed - queued;
+  queued_at_ = queued;
+}
+
+}  // namespace detail
+
+// ---------------------------------------------------------------------------------------------
 // Session
+
+namespace {
+double seconds(Duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+}  // namespace
 
 Session::Session(std::shared_ptr<Link> link, asio::any_io_executor strand, SessionOptions opts,
                  std::weak_ptr<SessionOwner> owner)
@@ -88,7 +136,12 @@ Session::Session(std::shared_ptr<Link> link, asio::any_io_executor strand, Sessi
       ex_(std::move(strand)),
       opts_(opts),
       owner_(std::move(owner)),
-      tick_timer_(ex_) {
+      tick_timer_(ex_),
+      drain_timer_(ex_),
+      // From the floor (a slow link must not get megabytes queued before it is measured); a
+      // fast link doubles its way up within a few milliseconds.
+      drain_(static_cast<double>(opts_.send_queue_floor) / seconds(opts_.send_queue_delay),
+             static_cast<double>(opts_.send_high_water) / seconds(opts_.send_queue_delay)) {
   last_rx_ = last_activity_ = Clock::now();
 }
 
@@ -378,7 +431,7 @@ void Session::on_stream_credit(const FrameHeader& h) {
   s.accepted = true;
   s.credit += h.arg;
   s.progress = Clock::now();
-  pump(h.id, s);
+  pump();
 }
 
 void Session::on_stream_end(const FrameHeader& h, bool done) {
@@ -404,14 +457,33 @@ void Session::on_writable() {
 }
 
 void Session::pump() {
-  for (auto& [id, s] : out_) pump(id, s);
+  if (closed_) return;
+  drain_.measure(Clock::now(), stats_.bytes_sent, link_->queued_bytes());
+  const std::size_t limit = send_limit();
+  // Smaller frames on slower links: a control frame queued behind one waits less.
+  const std::size_t chunk =
+      std::min(opts_.stream_chunk, std::max<std::size_t>(limit / 4, 16u << 10));
+  bool held_back = false;
+  for (auto& [id, s] : out_)  // oldest stream first
+    if (!pump(id, s, limit, chunk)) {
+      held_back = true;
+      break;
+    }
+  drain_.mark(Clock::now(), stats_.bytes_sent, link_->queued_bytes(), held_back);
+  if (held_back) arm_drain_timer(limit);
 }
 
-void Session::pump(std::uint64_t id, OutStream& s) {
-  while (!closed_ && s.accepted && s.next < s.total && s.credit > 0 &&
-         link_->queued_bytes() < opts_.send_high_water) {
-    const std::size_t n = static_cast<std::size_t>(
-        std::min<std::uint64_t>({opts_.stream_chunk, s.total - s.next, s.credit}));
+std::size_t Session::send_limit() const {
+  const double bytes = drain_.rate() * seconds(opts_.send_queue_delay);
+  return std::clamp(static_cast<std::size_t>(bytes), opts_.send_queue_floor, opts_.send_high_water);
+}
+
+// Returns false when the link's queue stopped it (data and credit were left).
+bool Session::pump(std::uint64_t id, OutStream& s, std::size_t limit, std::size_t chunk) {
+  while (!closed_ && s.accepted && s.next < s.total && s.credit > 0) {
+    if (link_->queued_bytes() >= limit) return false;
+    const std::size_t n =
+        static_cast<std::size_t>(std::min<std::uint64_t>({chunk, s.total - s.next, s.credit}));
     const std::uint64_t off = s.next;
     s.next += n;
     s.credit -= n;
@@ -440,6 +512,28 @@ void Session::pump(std::uint64_t id, OutStream& s) {
         },
         std::move(reset));
   }
+  return true;
+}
+
+// The link reports on_writable() only after its queue fell below its own low-water mark,
+// which may lie above our limit; so when data was held back, look again once the queue should
+// be half drained at the measured rate (a spare wake-up costs one pump()).
+void Session::arm_drain_timer(std::size_t limit) {
+  if (drain_armed_) return;
+  const std::size_t queued = link_->queued_bytes();
+  const double wait =
+      static_cast<double>(queued > limit / 2 ? queued - limit / 2 : 0) / drain_.rate();
+  const auto d = std::clamp<Clock::duration>(
+      std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(wait)),
+      std::chrono::milliseconds(1), std::chrono::milliseconds(100));
+  drain_armed_ = true;
+  drain_timer_.expires_after(d);
+  drain_timer_.async_wait([w = weak_from_this()](boost::system::error_code ec) {
+    auto self = w.lock();
+    if (ec || !self) return;
+    self->drain_armed_ = false;
+    self->pump();
+  });
 }
 
 void Session::finish_out(std::uint64_t id, std::error_code ec) {
@@ -514,6 +608,7 @@ void Session::on_closed(std::error_code ec) {
 void Session::teardown(std::error_code ec) {
   closed_ = true;
   tick_timer_.cancel();
+  drain_timer_.cancel();
   const auto fail_ec = ec ? ec : make_error_code(errc::connection_closed);
   auto pending = std::move(pending_);
   pending_.clear();

@@ -11,6 +11,14 @@
 // sealing it (TcpLink: on its send worker, off the host strand and on the same core as the
 // encryption; in-memory links: inline). The receiver confirms the last byte with stream_done.
 //
+// Send priority: every other frame (requests, responses, messages, credit, stream_done, resets,
+// pings) goes to the link at once, so the only thing it can wait behind is stream data already
+// in the link's queue. That data is kept to about `send_queue_delay` of sending time at the
+// rate the link is measured to drain (DrainMeter below), and data frames shrink on slow links,
+// so a credit or a confirmation never waits behind megabytes of bulk data: on a shared link
+// both peers' streams keep flowing instead of stalling on each other's control frames.
+// Streams are served oldest first (they finish in the order they were opened).
+//
 // Threading: a Session lives on the host strand; its public methods must be called there.
 // Responder, Chunk and Payload may be used and destroyed on any thread.
 #pragma once
@@ -136,8 +144,13 @@ struct SessionOptions {
   Duration stream_timeout{30000};  ///< a stream that makes no progress for this long fails
   Duration max_request_timeout{600000};
   std::size_t stream_window = 8u << 20;  ///< credit outstanding per incoming stream
-  std::size_t stream_chunk = 1u << 20;   ///< payload bytes per stream_data frame
-  /// Stop pulling stream data while more than this many bytes wait to be sent.
+  /// Payload bytes per stream_data frame at most (on slow links frames are smaller: a quarter
+  /// of the current data-queue limit, so that one frame delays a control frame little).
+  std::size_t stream_chunk = 1u << 20;
+  /// Stream data is pulled only while the link holds less than about this much sending time at
+  /// its measured drain rate, bounded below by send_queue_floor and above by send_high_water.
+  Duration send_queue_delay{10};
+  std::size_t send_queue_floor = 256u << 10;
   std::size_t send_high_water = 8u << 20;
   /// Refuse requests and messages (limit_reached) while more than this many bytes wait.
   std::size_t max_send_queue = 64u << 20;
@@ -152,6 +165,38 @@ struct SessionStats {
   std::uint64_t requests_sent = 0, requests_received = 0;
   std::uint64_t streams_sent = 0, streams_received = 0;
 };
+
+namespace detail {
+
+/// Measures how fast a link drains its send queue (bytes per second), for sizing how much
+/// stream data may wait in it. Sans-IO: the session passes the time, the bytes it has handed
+/// to the link so far and the bytes the link still holds. Only intervals during which the
+/// session held data back at its limit count (an idle link would look slow); averaged over
+/// at least `window` of them. When the queue ran dry during such an interval, the link could
+/// have taken more than the estimate allowed: the estimate doubles. It starts at `min_rate`
+/// and stays within [min_rate, max_rate] (a stalled link reads as min_rate, not as zero, so
+/// that it gets back to speed in a few doublings).
+class DrainMeter {
+ public:
+  DrainMeter(double min_rate, double max_rate, Clock::duration window = Duration(20));
+  /// Before adding data: closes the interval that started at the last mark().
+  void measure(Clock::time_point now, std::uint64_t handed, std::uint64_t queued);
+  /// After adding data: starts an interval; `held_back` = data and credit were left unsent
+  /// because the queue was at its limit.
+  void mark(Clock::time_point now, std::uint64_t handed, std::uint64_t queued, bool held_back);
+  double rate() const noexcept { return rate_; }
+
+ private:
+  double min_rate_, max_rate_, rate_;
+  Clock::duration window_;
+  bool held_back_ = false;
+  Clock::time_point at_{};
+  std::uint64_t drained_at_ = 0, queued_at_ = 0;
+  std::uint64_t win_bytes_ = 0;
+  Clock::duration win_time_{};
+};
+
+}  // namespace detail
 
 class Session final : public LinkHandler, public std::enable_shared_from_this<Session> {
  public:
@@ -226,7 +271,9 @@ class Session final : public LinkHandler, public std::enable_shared_from_this<Se
   void on_stream_credit(const FrameHeader& h);
   void on_stream_end(const FrameHeader& h, bool done);
   void pump();
-  void pump(std::uint64_t id, OutStream& s);
+  bool pump(std::uint64_t id, OutStream& s, std::size_t limit, std::size_t chunk);
+  std::size_t send_limit() const;
+  void arm_drain_timer(std::size_t limit);
   void finish_out(std::uint64_t id, std::error_code ec);
   void finish_in(std::uint64_t id, std::error_code ec);
   void grant(std::uint64_t id, InStream& s);
@@ -241,6 +288,9 @@ class Session final : public LinkHandler, public std::enable_shared_from_this<Se
   SessionOptions opts_;
   std::weak_ptr<SessionOwner> owner_;
   boost::asio::steady_timer tick_timer_;
+  boost::asio::steady_timer drain_timer_;  // re-pumps when the link should have drained
+  bool drain_armed_ = false;
+  detail::DrainMeter drain_;
   SessionStats stats_;
 
   std::uint64_t next_id_ = 1;

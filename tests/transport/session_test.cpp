@@ -468,6 +468,58 @@ TEST_P(SessionTest, SendQueueToASlowPeerIsBounded) {
             make_error_code(errc::limit_reached));
 }
 
+// Counts what arrives of a stream (on any thread) and reports its end.
+class CountingSink : public StreamSink {
+ public:
+  void on_data(Chunk c) override { received += c.bytes().size(); }
+  void on_end(std::error_code ec) override { end.set_value(ec); }
+  std::atomic<std::uint64_t> received{0};
+  std::promise<std::error_code> end;
+};
+
+TEST_P(SessionTest, ControlFramesDoNotWaitBehindBulkData) {
+  // Both peers stream bulk data to each other over links limited to 20 MB/s each way. A request
+  // and its response must not queue behind the stream data each side has ready: with the data
+  // queue sized in bytes (8 MiB), they waited ~0.4 s each way here, ~0.8 s for the round trip.
+  auto plan = std::make_shared<FaultPlan>(1);
+  FaultConfig slow;
+  slow.bandwidth_bytes_per_sec = 20e6;
+  plan->set_default(slow);
+  HostOptions o;
+  o.faults = plan;
+  auto a = make(o), b = make(o);
+  add_echo(b);
+  auto to_b = std::make_shared<CountingSink>(), to_a = std::make_shared<CountingSink>();
+  a->accept_streams("bulk", [&](const PeerInfo&, IncomingStream&) { return to_a; });
+  b->accept_streams("bulk", [&](const PeerInfo&, IncomingStream&) { return to_b; });
+  world_.start(a);
+  world_.start(b);
+  ASSERT_TRUE(call(a, PeerRef::at(b->address()), "echo", "connect"));
+  const std::uint64_t size = 16 << 20;  // 0.8 s each way
+  std::promise<std::error_code> sent_a, sent_b;
+  a->send_stream(PeerRef::node(b->id()), "bulk", Bytes(), std::make_shared<PatternSource>(size, 1),
+                 [&](std::error_code ec) { sent_a.set_value(ec); });
+  b->send_stream(PeerRef::node(a->id()), "bulk", Bytes(), std::make_shared<PatternSource>(size, 2),
+                 [&](std::error_code ec) { sent_b.set_value(ec); });
+  // Both directions busy (past the first megabytes, so both send queues are at their limit).
+  ASSERT_TRUE(eventually(
+      a->executor(), [&] { return to_a->received >= (2u << 20) && to_b->received >= (2u << 20); }));
+  const auto t0 = Clock::now();
+  auto r = call(a, PeerRef::node(b->id()), "echo", "through the bulk", 10s);
+  const auto rtt = Clock::now() - t0;
+  ASSERT_TRUE(r) << r.error().message();
+  EXPECT_EQ(*r, "through the bulk");
+  // The streams were still going: the request really competed with them.
+  EXPECT_LT(to_a->received.load(), size);
+  EXPECT_LT(to_b->received.load(), size);
+  EXPECT_LT(rtt, 250ms) << std::chrono::duration_cast<Duration>(rtt).count() << " ms";
+  auto fa = sent_a.get_future(), fb = sent_b.get_future();
+  EXPECT_EQ(await(fa, 30s), std::error_code());
+  EXPECT_EQ(await(fb, 30s), std::error_code());
+  EXPECT_EQ(to_a->received.load(), size);
+  EXPECT_EQ(to_b->received.load(), size);
+}
+
 INSTANTIATE_TEST_SUITE_P(Links, SessionTest,
                          ::testing::Values(Kind::memory, Kind::tcp_inline, Kind::tcp_workers),
                          [](const auto& i) {
@@ -475,6 +527,59 @@ INSTANTIATE_TEST_SUITE_P(Links, SessionTest,
                                   : i.param == Kind::tcp_inline ? "tcp_inline"
                                                                 : "tcp_workers";
                          });
+
+}  // namespace
+}  // namespace grove::transport
+
+namespace grove::transport {
+namespace {
+
+// DrainMeter against a simulated link that drains `rate` bytes per second while it holds data;
+// every `step` the session tops the queue up to its limit (rate estimate x 10 ms) and marks
+// whether it held data back.
+double simulate(double rate, double min_rate, Duration step, int steps, bool held_back = true) {
+  detail::DrainMeter m(min_rate, 1e12);
+  Clock::time_point t{};
+  std::uint64_t handed = 0;
+  double gone = 0;  // bytes the link has sent
+  auto queued = [&] { return handed - static_cast<std::uint64_t>(gone); };
+  for (int i = 0; i < steps; ++i) {
+    t += step;
+    gone = std::min<double>(static_cast<double>(handed),
+                            gone + rate * std::chrono::duration<double>(step).count());
+    m.measure(t, handed, queued());
+    const auto limit = static_cast<std::uint64_t>(std::max(16e3, m.rate() * 0.01));
+    while (held_back && queued() < limit) handed += 16 << 10;
+    m.mark(t, handed, queued(), held_back);
+  }
+  return m.rate();
+}
+
+TEST(DrainMeter, MeasuresABackloggedLink) {
+  EXPECT_NEAR(simulate(10e6, 1e6, Duration(1), 200), 10e6, 0.05 * 10e6);
+  EXPECT_NEAR(simulate(120e6, 1e6, Duration(3), 200), 120e6, 0.05 * 120e6);
+  // A link slower than the minimum (or stalled) reads as the minimum.
+  EXPECT_EQ(simulate(1e6, 25e6, Duration(1), 200), 25e6);
+}
+
+TEST(DrainMeter, DoublesWhileTheQueueRunsDry) {
+  // Starting far too low: the queue empties between looks, so the estimate doubles until the
+  // queue stays backlogged, and then measures the real rate.
+  EXPECT_NEAR(simulate(500e6, 1e6, Duration(2), 200), 500e6, 0.05 * 500e6);
+  detail::DrainMeter m(1e6, 4e6);  // ... but never beyond the maximum
+  Clock::time_point t{};
+  for (int i = 0; i < 10; ++i) {
+    m.mark(t, 1000 * i, 100, true);
+    t += Duration(1);
+    m.measure(t, 1000 * i, 0);
+  }
+  EXPECT_EQ(m.rate(), 4e6);
+}
+
+TEST(DrainMeter, IgnoresIntervalsWhenNothingWasHeldBack) {
+  // A link that is given little drains little: no conclusion is drawn.
+  EXPECT_EQ(simulate(100e6, 2e6, Duration(1), 100, /*held_back=*/false), 2e6);
+}
 
 }  // namespace
 }  // namespace grove::transport
