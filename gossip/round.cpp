@@ -91,7 +91,8 @@ void RoundEngine::start(optim::OuterState state, Time now) {
   poll_modes(now);
 }
 
-void RoundEngine::join(Time now) {
+void RoundEngine::join(Time now, std::optional<std::size_t> values) {
+  expect_values_ = values;
   poll_modes(now);
   begin_sync(0, true, "joining", now);
 }
@@ -427,7 +428,14 @@ void RoundEngine::on_offers(std::uint64_t attempt, dht::GetResult res, Time now)
   });
   std::vector<StateOffer> offers;
   for (auto& [h, o] : found) offers.push_back(std::move(o));
-  download_ = std::make_unique<StateDownload>(run_id_, std::move(offers), opts_.sync, now);
+  // A donor's offer cannot make us allocate more than a state of our size can take (catch-up),
+  // or than the configured bound (join).
+  auto sync = opts_.sync;
+  if (has_state_ || expect_values_) {
+    const std::uint64_t n = has_state_ ? state_.phi.size() : *expect_values_;
+    sync.max_size = std::min<std::uint64_t>(sync.max_size, 3 * 4 * n + 4096);
+  }
+  download_ = std::make_unique<StateDownload>(run_id_, std::move(offers), sync, now);
 }
 
 std::vector<StateDownload::Request> RoundEngine::take_state_requests() {
@@ -453,9 +461,10 @@ void RoundEngine::sync_done(Time now) {
   if (download_->status() == OpStatus::failed) return sync_failed(download_->failure(), now);
   auto s = optim::deserialize(download_->blob(), opts_.max_values);
   if (!s) return sync_failed("the downloaded state does not parse", now);
-  if (has_state_ && s->phi.size() != state_.phi.size())
+  const auto want = has_state_ ? std::optional(state_.phi.size()) : expect_values_;
+  if (want && s->phi.size() != *want)
     return sync_failed("the downloaded state has " + std::to_string(s->phi.size()) +
-                           " values, ours " + std::to_string(state_.phi.size()),
+                           " values, we need " + std::to_string(*want),
                        now);
   const StateOffer offer = download_->offer();
   download_.reset();

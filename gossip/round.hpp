@@ -55,7 +55,7 @@ struct RoundOptions {
   bool serve_state = true;      ///< keep snapshots for joiners and announce them
   Time offer_ttl{600'000};
   std::uint32_t snapshot_chunk = 4u << 20;
-  StateSyncOptions sync;
+  StateSyncOptions sync;     ///< max_size bounds a joiner's download (catch-up: 3 × φ's bytes)
   Time offers_wait{20'000};  ///< how long a sync looks for offers before giving up
   std::size_t max_values = std::size_t{1} << 31;
   unsigned threads = 0;  ///< optim threads (0 = all)
@@ -103,8 +103,10 @@ class RoundEngine {
 
   /// Starts from `state` (bootstrap, or a restart from a checkpoint).
   void start(optim::OuterState state, Time now);
-  /// Starts by downloading the swarm's state; a synced (or sync_failed) report follows.
-  void join(Time now);
+  /// Starts by downloading the swarm's state; a synced (or sync_failed) report follows. `values`
+  /// is φ's size from the run config when known: offers of larger states are not even tried and a
+  /// state of another size is refused.
+  void join(Time now, std::optional<std::size_t> values = std::nullopt);
 
   /// True when the node may train: the state is present and no round or sync is in flight
   /// (with overlap the node trains on while a round is in flight, but submits only when idle).
@@ -195,6 +197,7 @@ class RoundEngine {
   // state sync (join / catch-up)
   std::unique_ptr<StateDownload> download_;
   bool joining_ = false;
+  std::optional<std::size_t> expect_values_;
   std::uint64_t sync_min_round_ = 0, sync_attempt_ = 0;
   Time sync_started_{0}, offers_retry_{Time::max()};
   std::string sync_why_;

@@ -68,9 +68,10 @@ void RoundRuntime::start(optim::OuterState state) {
       });
 }
 
-void RoundRuntime::join() {
-  dht_->post(
-      [self = shared_from_this()](dht::DhtNode&, dht::Time now) { self->engine_->join(now); });
+void RoundRuntime::join(std::optional<std::size_t> values) {
+  dht_->post([self = shared_from_this(), values](dht::DhtNode&, dht::Time now) {
+    self->engine_->join(now, values);
+  });
 }
 
 void RoundRuntime::submit(std::vector<float> theta) {

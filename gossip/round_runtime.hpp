@@ -33,7 +33,7 @@ class RoundRuntime : public dht::DhtRuntime::Rider,
 
   // Thread-safe: each posts to the DHT strand.
   void start(optim::OuterState state);
-  void join();
+  void join(std::optional<std::size_t> values = std::nullopt);
   /// θ after the inner steps; ignored with an error line when a round is still in flight.
   void submit(std::vector<float> theta);
   void request_mode(OuterMode mode, std::optional<std::uint64_t> from_round,

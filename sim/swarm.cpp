@@ -17,6 +17,7 @@ struct Swarm::Node {
   bool waiting = false;      // overlap: an inner phase ended while the round was in flight
   Time first_inner{-1};
   Time busy{0};
+  std::size_t requests_in = 0;
   std::vector<gossip::RoundReport> reports;
   std::size_t rounds = 0;
   bool alive = true;
@@ -88,7 +89,7 @@ std::size_t Swarm::join(std::size_t via, NodeSpec spec) {
   const std::size_t i = add(std::move(spec));
   dht_.call(i, [&](dht::DhtNode& d) {
     d.bootstrap({dht_.address(via)}, now_, [this, i](std::size_t) {
-      if (alive(i)) nodes_[i]->engine->join(dht_.now());
+      if (alive(i)) nodes_[i]->engine->join(dht_.now(), opts_.params);
     });
   });
   service(i);
@@ -128,6 +129,10 @@ std::size_t Swarm::rounds(std::size_t i) const {
   return nodes_.at(i)->rounds;
 }
 
+std::size_t Swarm::state_requests(std::size_t i) const {
+  return nodes_.at(i)->requests_in;
+}
+
 double Swarm::utilization(std::size_t i) const {
   const auto& n = *nodes_.at(i);
   if (n.first_inner < Time(0) || now_ <= n.first_inner) return 0;
@@ -156,7 +161,8 @@ void Swarm::service(std::size_t i) {
     }
     if (!donor || !alive(*donor)) {
       r.at = now_ + lat + opts_.gossip_link.loss_detect;
-    } else if (auto body = nodes_[*donor]->server->answer(req.body)) {
+    } else if (++nodes_[*donor]->requests_in;
+               auto body = nodes_[*donor]->server->answer(req.body)) {
       r.ok = true;
       r.body = std::move(*body);
       r.at = now_ + 2 * lat +

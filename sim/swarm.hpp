@@ -60,6 +60,8 @@ class Swarm {
   gossip::NodeId id(std::size_t i);
   /// Rounds that ended (kind round) on node i.
   std::size_t rounds(std::size_t i) const;
+  /// State requests (manifest or chunk) that reached node i as a donor.
+  std::size_t state_requests(std::size_t i) const;
   /// Time node i spent in inner phases ÷ the time since its first inner phase began.
   double utilization(std::size_t i) const;
   /// Called with every report as it happens.

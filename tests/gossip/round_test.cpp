@@ -291,6 +291,34 @@ TEST(RoundEngine, OverlapKeepsTheNodesTrainingWhileTheyAverage) {
   EXPECT_LT(spread[1], 0.6);  // still averaging: the replicas agree far more than their targets
 }
 
+TEST(RoundEngine, AForgedOfferOfAHugeStateIsNeverTried) {
+  Swarm s(20, fast_options(OuterMode::noloco));
+  grow(s, 3, {ms(3000), {}});
+  s.run_for(ms(10'000));
+  // Member 1 announces a state of 8 GiB at round 10^6 (the newest offer, so tried first; within
+  // the generic 64 GiB bound but far more than 512 values can need). Its offer replaces its own
+  // genuine one, so any request to it would be for the forged state.
+  StateOffer forged;
+  forged.address = s.dht_network().address(1);
+  forged.run_id = "sim-run";
+  forged.round = 1'000'000;
+  forged.size = std::uint64_t{8} << 30;
+  forged.root[0] = 1;
+  s.dht_network().call(1, [&](dht::DhtNode& d) {
+    d.put_signed(state_key("sim-run"), "state", std::uint64_t{1} << 62, s.now() + ms(600'000),
+                 encode_offer(forged), s.now());
+  });
+  s.run_for(ms(2'000));
+  const std::size_t asked_before = s.state_requests(1);
+  const std::size_t j = s.join(0, {ms(3000), {}});
+  ASSERT_TRUE(s.run_until([&] { return !s.reports(j).empty(); }, ms(60'000)));
+  const auto& first = s.reports(j).front();
+  EXPECT_EQ(first.kind, RoundReport::Kind::synced) << first.note;
+  EXPECT_LT(first.round, 1000u);
+  EXPECT_EQ(s.engine(j).state().phi.size(), 512u);
+  EXPECT_EQ(s.state_requests(1), asked_before);  // the forged donor was never asked
+}
+
 TEST(RoundEngine, HashMismatchIsDetectedAndCounted) {
   Swarm s(18, fast_options(OuterMode::diloco));
   grow(s, 3, {ms(3000), {}});
