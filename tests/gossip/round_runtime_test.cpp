@@ -97,8 +97,11 @@ struct Swarm {
     return cv.wait_for(lock, limit, [&] { return pred(reports); });
   }
 
+  // The engines call back into this object on the strands: stop the DHT runtimes there first,
+  // then the hosts and the io thread, before the nodes go.
   ~Swarm() {
-    for (auto& n : nodes) n.dht->stop();
+    for (auto& n : nodes) n.dht->stop();  // posted: runs before the hosts' shutdown below
+    w.stop();
   }
 };
 
