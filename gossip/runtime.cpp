@@ -240,32 +240,44 @@ void GossipRuntime::pump(const Key& k) {
   auto it = out_.find(k);
   if (it == out_.end()) return;
   OutQueue& q = it->second;
-  while (!q.failed && !q.q.empty() && q.in_flight < opts_.streams_per_peer) {
+  std::size_t& peer_streams = in_flight_[k.second];
+  while (!q.failed && !q.q.empty() && peer_streams < opts_.streams_per_peer) {
     Bytes b = std::move(q.q.front());
     q.q.pop_front();
     ++q.in_flight;
+    ++peer_streams;
     const std::uint64_t seq = q.next_seq++;
     host_->send_stream(PeerRef::node(k.second, q.address), kKind, make_meta(k.first, seq),
                        std::make_shared<BytesSource>(std::move(b)),
                        [w = weak_from_this(), k](std::error_code ec) {
                          auto self = w.lock();
                          if (!self) return;
-                         asio::post(self->strand_, [self, k, ec] {
-                           auto it = self->out_.find(k);
-                           if (it == self->out_.end()) return;
-                           --it->second.in_flight;
-                           if (ec && !it->second.failed) {
-                             spdlog::debug("gossip: stream to {} failed: {}",
-                                           dht::short_hex(k.second), ec.message());
-                             it->second.failed = true;
-                             it->second.q.clear();
-                             self->peer_failed(k.first, k.second);
-                           }
-                           self->pump(k);
-                         });
+                         asio::post(self->strand_, [self, k, ec] { self->stream_done(k, ec); });
                        });
   }
+  if (peer_streams == 0) in_flight_.erase(k.second);
   if (q.q.empty() && q.in_flight == 0 && !ops_.count(k.first)) out_.erase(it);
+}
+
+void GossipRuntime::stream_done(const Key& k, std::error_code ec) {
+  if (auto p = in_flight_.find(k.second); p != in_flight_.end() && --p->second == 0)
+    in_flight_.erase(p);
+  auto it = out_.find(k);
+  if (it == out_.end()) return;
+  --it->second.in_flight;
+  if (ec && !it->second.failed) {
+    spdlog::debug("gossip: stream to {} failed: {}", dht::short_hex(k.second), ec.message());
+    it->second.failed = true;
+    it->second.q.clear();
+    peer_failed(k.first, k.second);
+  }
+  // The freed slot goes to this op first (its messages keep flowing in order), then to the
+  // other ops waiting on the same peer.
+  pump(k);
+  std::vector<Key> waiting;
+  for (const auto& [key, q] : out_)
+    if (key.second == k.second && key != k && !q.q.empty() && !q.failed) waiting.push_back(key);
+  for (const auto& key : waiting) pump(key);
 }
 
 void GossipRuntime::peer_failed(const OpId& op, const NodeId& peer) {

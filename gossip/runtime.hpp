@@ -2,10 +2,10 @@
 // transport::Host. Every gossip message travels as one transport stream of kind "gossip"
 // (credit flow control, so a 64 MB segment queued at once never floods the connection), with
 // meta = op (16 bytes) ‖ sequence number (u64 BE) per (op, sender → receiver). At most
-// `streams_per_peer` streams are in flight per (op, peer); the receiver re-orders completed
-// streams by sequence number, so a core sees its peer's messages in the order they were sent (an
-// abort before the retry's data). A stream that fails either way reports on_peer_failed to the
-// op's core; messages for an op that has not started here yet wait in a bounded buffer.
+// `streams_per_peer` streams are in flight to one peer, over all ops; the receiver re-orders
+// completed streams by sequence number, so a core sees its peer's messages in the order they were
+// sent (an abort before the retry's data). A stream that fails either way reports on_peer_failed to
+// the op's core; messages for an op that has not started here yet wait in a bounded buffer.
 //
 // Threads: the cores run on the runtime's own strand on the transport worker pool (encoding and
 // decoding of large tensors stay off the host strand); Host calls are thread-safe.
@@ -24,7 +24,11 @@
 namespace grove::gossip {
 
 struct RuntimeOptions {
-  std::size_t streams_per_peer = 8;
+  /// Streams in flight to one peer, over all ops. Enough of them keep a link busy while each
+  /// waits for its credit and its confirmation (on a 1 Gbit/s link whose queues add ~20 ms
+  /// each way, 8 streams of 512 KiB left it idle a third of the time); at most the peer's
+  /// SessionOptions::max_incoming_streams (default 16), or the peer refuses the extra ones.
+  std::size_t streams_per_peer = 16;
   std::size_t max_message = 16u << 20;
   std::size_t max_early_bytes = 256u << 20;  ///< buffered messages for ops not started yet
   std::size_t max_reorder = 1024;            ///< out-of-order messages held per (op, peer)
@@ -71,6 +75,7 @@ class GossipRuntime : public std::enable_shared_from_this<GossipRuntime> {
   void deliver(const NodeId& from, const OpId& op, Bytes data);
   void flush(const OpId& op);
   void pump(const Key& k);
+  void stream_done(const Key& k, std::error_code ec);
   void peer_failed(const OpId& op, const NodeId& peer);
   void arm(const OpId& op, Op& o);
 
@@ -87,6 +92,7 @@ class GossipRuntime : public std::enable_shared_from_this<GossipRuntime> {
   std::deque<OpId> finished_;  // recent ops: late messages for them are dropped
   std::size_t early_bytes_ = 0;
   std::map<Key, OutQueue> out_;
+  std::map<NodeId, std::size_t> in_flight_;  // streams in flight per peer
   std::map<Key, InOrder> in_;
 };
 

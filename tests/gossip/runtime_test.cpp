@@ -24,10 +24,10 @@ struct Members {
   std::vector<NodeId> ids;
   std::map<NodeId, std::string> addresses;
 
-  explicit Members(std::size_t n) {
+  explicit Members(std::size_t n, transport::HostOptions ho = {}, RuntimeOptions ro = {}) {
     for (std::size_t i = 0; i < n; ++i) {
-      hosts.push_back(w.host());
-      rts.push_back(GossipRuntime::create(hosts.back()));
+      hosts.push_back(w.host(ho));
+      rts.push_back(GossipRuntime::create(hosts.back(), ro));
       w.start(hosts.back());
       ids.push_back(hosts.back()->id());
       addresses[ids.back()] = hosts.back()->address();
@@ -139,6 +139,41 @@ TEST(GossipRuntime, PairExchangeOverEncryptedTcp) {
   for (std::size_t k = 0; k < n; k += 101) {
     EXPECT_EQ(e0.mean()[0][k], (a[k] + b[k]) / 2.0f);
     EXPECT_EQ(e1.mean()[0][k], (b[k] + a[k]) / 2.0f);
+  }
+}
+
+TEST(GossipRuntime, ConcurrentOpsShareOnePeerStreamLimit) {
+  // Peers accept 4 incoming streams at a time, and the runtime keeps 4 in flight per peer: three
+  // exchanges with the same partner at once, each of many messages, must share those 4 (with a
+  // limit per op and peer they opened 12, and the partner refused the extra ones).
+  transport::HostOptions ho;
+  ho.session.max_incoming_streams = 4;
+  ho.faults = std::make_shared<transport::FaultPlan>();  // 20 ms each way: the ops overlap
+  transport::FaultConfig slow;
+  slow.latency = 20ms;
+  ho.faults->set_default(slow);
+  RuntimeOptions ro;
+  ro.streams_per_peer = 4;
+  Members m(2, ho, ro);
+  ExchangeOptions o;
+  o.chunk_values = 1u << 13;  // 32 messages per tensor
+  const std::size_t n = 1u << 18;
+  std::vector<std::future<std::unique_ptr<Protocol>>> fs;
+  for (std::uint8_t k = 0; k < 3; ++k) {
+    OpId op{};
+    op[0] = static_cast<std::uint8_t>(10 + k);
+    for (std::size_t i = 0; i < 2; ++i)
+      fs.push_back(run(m, i,
+                       std::make_unique<GroupExchange>(
+                           op, m.ids[i], m.ids, std::vector<std::vector<float>>{randn(20 + i, n)},
+                           o, GossipRuntime::now())));
+  }
+  for (auto& f : fs) {
+    auto r = await(f, 60s);
+    ASSERT_TRUE(r);
+    const auto& e = static_cast<GroupExchange&>(**r);
+    EXPECT_EQ(e.completed().size(), 1u)
+        << (e.failures().empty() ? "" : e.failures().begin()->second);
   }
 }
 
