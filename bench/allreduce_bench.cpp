@@ -4,10 +4,21 @@
 // same run; prints each median time and the ratio grove / gloo.
 //
 //   allreduce_bench [--procs 2,4] [--sizes 4M,64M,256M] [--reps 3] [--codec fp16|bf16|fp32]
-//                   [--chunk VALUES] [--no-gloo]
+//                   [--chunk VALUES] [--no-gloo] [--streams N]
+//                   [--netns NS0,NS1,.. --hosts IP0,IP1,..] [--raw]
+// --streams: GossipRuntime's streams in flight per peer (RuntimeOptions::streams_per_peer).
 // Each child process runs one Host + GossipRuntime; the parent hands out the member list and
 // starts every rep at once over pipes. A rep's time is the slowest member's (start to result),
 // and every member must end with the same result (its BLAKE2b is compared).
+// --netns: member i first enters the network namespace /var/run/netns/NSi (setns, so it needs
+// root) and listens on IPi instead of 127.0.0.1 (bench/netns_allreduce.sh builds such a
+// network; Gloo is then run by that script, so this implies --no-gloo). --raw adds one line per
+// size, "grove PROCS BYTES MEDIAN_SECONDS WIRE_BYTES CPU_SECONDS" (wire bytes: the most one
+// member sent; CPU: all members' user + system time during the op, median rep).
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/resource.h>
+
 #include <cstring>
 #include <map>
 #include <sstream>
@@ -30,14 +41,18 @@ struct Options {
   int reps = 3;
   gossip::WireCodec codec = gossip::WireCodec::fp16;
   bool gloo = true;
+  bool raw = false;
   std::size_t chunk_values = gossip::AllReduceOptions{}.chunk_values;
+  std::size_t streams = gossip::RuntimeOptions{}.streams_per_peer;
+  std::vector<std::string> netns, hosts;  // per member, when given
 };
 
 [[noreturn]] void usage(const char* argv0, const std::string& why) {
   if (!why.empty()) std::fprintf(stderr, "allreduce_bench: %s\n", why.c_str());
   std::fprintf(stderr,
                "usage: %s [--procs 2,4] [--sizes 4M,64M,256M] [--reps 3] "
-               "[--codec fp16|bf16|fp32] [--chunk VALUES] [--no-gloo]\n",
+               "[--codec fp16|bf16|fp32] [--chunk VALUES] [--no-gloo]\n"
+               "       [--streams N] [--netns NS0,NS1,.. --hosts IP0,IP1,..] [--raw]\n",
                argv0);
   std::exit(2);
 }
@@ -52,11 +67,37 @@ std::vector<std::string> split(const std::string& s, char sep) {
 
 // ---- child: one member -------------------------------------------------------------------------
 
+// User + system CPU time of this process (all its threads) so far.
+double cpu_seconds() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  auto secs = [](const timeval& t) { return static_cast<double>(t.tv_sec) + t.tv_usec * 1e-6; };
+  return secs(u.ru_utime) + secs(u.ru_stime);
+}
+
+// Moves this (single-threaded, just forked) process into a named network namespace.
+bool enter_netns(const std::string& name) {
+  const std::string path = "/var/run/netns/" + name;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0 || ::setns(fd, CLONE_NEWNET) != 0) {
+    std::fprintf(stderr, "allreduce_bench: cannot enter %s: %s\n", path.c_str(),
+                 std::strerror(errno));
+    if (fd >= 0) ::close(fd);
+    return false;
+  }
+  ::close(fd);
+  return true;
+}
+
 int child(int in_fd, int out_fd, std::size_t rank, const Options& opt) {
+  if (!opt.netns.empty() && !enter_netns(opt.netns[rank])) return 4;
   bench::HostThread ht;
   transport::HostOptions ho;
+  if (!opt.hosts.empty()) ho.listen = opt.hosts[rank] + ":0";
   auto& host = ht.create(transport::Identity::generate(), ho);
-  auto rt = gossip::GossipRuntime::create(ht.host_ptr());
+  gossip::RuntimeOptions ro;
+  ro.streams_per_peer = opt.streams;
+  auto rt = gossip::GossipRuntime::create(ht.host_ptr(), ro);
   host.start();
   ht.run();
   bench::write_all(out_fd, "member " + transport::to_hex(host.id()) + " " + host.address() + "\n");
@@ -95,6 +136,7 @@ int child(int in_fd, int out_fd, std::size_t rank, const Options& opt) {
     o.chunk_values = opt.chunk_values;
     std::promise<std::unique_ptr<gossip::Protocol>> done;
     auto fut = done.get_future();
+    const double cpu0 = cpu_seconds();
     const auto t0 = transport::Clock::now();
     rt->start(std::make_unique<gossip::RingAllReduce>(op, host.id(), ring, std::move(input), o,
                                                       gossip::GossipRuntime::now()),
@@ -102,12 +144,14 @@ int child(int in_fd, int out_fd, std::size_t rank, const Options& opt) {
               [&done](std::unique_ptr<gossip::Protocol> p) { done.set_value(std::move(p)); });
     auto p = fut.get();
     const double secs = bench::seconds_between(t0, transport::Clock::now());
+    const double cpu = cpu_seconds() - cpu0;
     auto& r = static_cast<gossip::RingAllReduce&>(*p);
     const auto h = transport::blake2b_256(
         {reinterpret_cast<const std::uint8_t*>(r.result().data()), r.result().size() * 4});
     char buf[256];
-    std::snprintf(buf, sizeof buf, "t %.6f %s %s\n", secs, gossip::to_string(r.status()),
-                  transport::to_hex(h).substr(0, 16).c_str());
+    std::snprintf(buf, sizeof buf, "t %.6f %s %s %llu %.6f\n", secs, gossip::to_string(r.status()),
+                  transport::to_hex(h).substr(0, 16).c_str(),
+                  static_cast<unsigned long long>(r.stats().bytes_sent), cpu);
     bench::write_all(out_fd, buf);
   }
   ht.stop(Duration(5000));
@@ -121,9 +165,14 @@ struct Child {
   Pipe to, from;
 };
 
-// Runs grove's all-reduce over `n` processes for every size; returns median seconds per size
-// (negative when a run failed).
-std::vector<double> run_grove(std::size_t n, const Options& opt) {
+struct GroveResult {
+  double seconds = -1;     // median; negative when a run failed
+  std::uint64_t wire = 0;  // the most bytes one member sent (last rep)
+  double cpu = 0;          // CPU seconds of all members together (median rep)
+};
+
+// Runs grove's all-reduce over `n` processes for every size.
+std::vector<GroveResult> run_grove(std::size_t n, const Options& opt) {
   std::vector<Child> kids(n);
   for (std::size_t i = 0; i < n; ++i) {
     kids[i].to = Pipe::make();
@@ -146,34 +195,40 @@ std::vector<double> run_grove(std::size_t n, const Options& opt) {
     members += *line + "\n";
   }
   for (auto& k : kids) bench::write_all(k.to.w, members + "end\n");
-  std::vector<double> medians;
+  std::vector<GroveResult> medians;
   for (const auto bytes : opt.sizes) {
-    std::vector<double> times;
+    std::vector<double> times, cpus;
+    std::uint64_t wire = 0;
     bool ok = true;
     for (int rep = 0; rep <= opt.reps && ok; ++rep) {  // rep 0 warms up
       for (auto& k : kids)
         bench::write_all(k.to.w, "go " + std::to_string(bytes) + " " + std::to_string(rep) + "\n");
-      double worst = 0;
+      double worst = 0, cpu = 0;
       std::string hash;
       for (auto& k : kids) {
         auto line = bench::read_line(k.from.r, Duration(600000));
         const auto f = line ? split(*line, ' ') : std::vector<std::string>{};
-        if (f.size() != 4 || f[2] != "done") {
+        if (f.size() != 6 || f[2] != "done") {
           std::fprintf(stderr, "allreduce_bench: a member failed: %s\n",
                        line ? line->c_str() : "(no answer)");
           ok = false;
           break;
         }
         worst = std::max(worst, std::stod(f[1]));
+        wire = std::max<std::uint64_t>(wire, std::stoull(f[4]));
+        cpu += std::stod(f[5]);
         if (!hash.empty() && hash != f[3]) {
           std::fprintf(stderr, "allreduce_bench: members disagree on the result\n");
           ok = false;
         }
         hash = f[3];
       }
-      if (rep > 0) times.push_back(worst);
+      if (rep > 0) {
+        times.push_back(worst);
+        cpus.push_back(cpu);
+      }
     }
-    medians.push_back(ok ? bench::median(times) : -1.0);
+    medians.push_back({ok ? bench::median(times) : -1.0, wire, ok ? bench::median(cpus) : 0.0});
   }
   for (auto& k : kids) {
     bench::write_all(k.to.w, "quit\n");
@@ -244,10 +299,25 @@ int main(int argc, char** argv) {
       opt.chunk_values = *v;
     } else if (a == "--no-gloo") {
       opt.gloo = false;
+    } else if (a == "--streams") {
+      opt.streams = std::strtoull(next().c_str(), nullptr, 10);
+      if (opt.streams < 1 || opt.streams > 16) usage(argv[0], "--streams: 1..16");
+    } else if (a == "--raw") {
+      opt.raw = true;
+    } else if (a == "--netns") {
+      opt.netns = split(next(), ',');
+    } else if (a == "--hosts") {
+      opt.hosts = split(next(), ',');
     } else {
       usage(argv[0], "unknown option " + a);
     }
   }
+  std::size_t most = 0;
+  for (auto n : opt.procs) most = std::max(most, n);
+  if (!opt.netns.empty() && opt.netns.size() < most)
+    usage(argv[0], "--netns: one namespace per member");
+  if (!opt.hosts.empty() && opt.hosts.size() < most) usage(argv[0], "--hosts: one per member");
+  if (!opt.netns.empty()) opt.gloo = false;  // Gloo on the namespaces: netns_allreduce.sh
   spdlog::set_level(spdlog::level::warn);
   std::printf(
       "all-reduce, grove-node (%s on the wire, encrypted) vs Gloo (fp32), median of %d,\n"
@@ -260,11 +330,14 @@ int main(int argc, char** argv) {
     const auto gloo = opt.gloo ? run_gloo(n, opt) : std::map<std::uint64_t, double>{};
     for (std::size_t i = 0; i < opt.sizes.size(); ++i) {
       const auto g = gloo.count(opt.sizes[i]) ? gloo.at(opt.sizes[i]) : -1.0;
-      if (grove[i] < 0) rc = 1;
-      std::printf(
-          "  %5zu %10s %12.3f %12.3f %10s\n", n, bench::human_bytes(opt.sizes[i]).c_str(), grove[i],
-          g,
-          g > 0 && grove[i] > 0 ? (std::to_string(grove[i] / g).substr(0, 5) + "x").c_str() : "-");
+      const double t = grove[i].seconds;
+      if (t < 0) rc = 1;
+      std::printf("  %5zu %10s %12.3f %12.3f %10s\n", n, bench::human_bytes(opt.sizes[i]).c_str(),
+                  t, g, g > 0 && t > 0 ? (std::to_string(t / g).substr(0, 5) + "x").c_str() : "-");
+      if (opt.raw)
+        std::printf("grove %zu %llu %.6f %llu %.3f\n", n,
+                    static_cast<unsigned long long>(opt.sizes[i]), t,
+                    static_cast<unsigned long long>(grove[i].wire), grove[i].cpu);
     }
   }
   return rc;

@@ -2,8 +2,12 @@
 """Gloo's ring all-reduce timed the way bench/allreduce_bench times grove-node's.
 
 usage: gloo_allreduce.py PROCS REPS PORT SIZE_BYTES...
-Starts PROCS processes on this machine (torch.distributed, gloo backend, TCP on 127.0.0.1:PORT);
-for each size: one warm-up and REPS timed all_reduce(SUM) calls of a float32 tensor, each timed
+       gloo_allreduce.py --rank R --world N --master ADDR:PORT REPS SIZE_BYTES...
+The first form starts PROCS processes on this machine (torch.distributed, gloo backend, TCP on
+127.0.0.1:PORT). The second runs one rank only, for ranks started separately (each in its own
+network namespace, bench/netns_allreduce.sh; set GLOO_SOCKET_IFNAME to its interface); rank 0
+listens on ADDR:PORT and prints the results.
+For each size: one warm-up and REPS timed all_reduce(SUM) calls of a float32 tensor, each timed
 as the slowest rank's wall time, then divided by PROCS (the mean, as grove-node's result is).
 Prints one line per size: "gloo PROCS SIZE_BYTES MEDIAN_SECONDS".
 """
@@ -17,9 +21,9 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 
-def worker(rank, procs, reps, port, sizes, queue):
+def worker(rank, procs, reps, port, sizes, queue, master="127.0.0.1"):
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+    dist.init_process_group("gloo", init_method=f"tcp://{master}:{port}", rank=rank,
                             world_size=procs)
     for size in sizes:
         t = torch.full((size // 4,), float(rank + 1), dtype=torch.float32)
@@ -38,7 +42,32 @@ def worker(rank, procs, reps, port, sizes, queue):
     dist.destroy_process_group()
 
 
+class PrintQueue:
+    """Stands in for the result queue when this process is rank 0 of separately started ranks."""
+
+    def __init__(self, procs):
+        self.procs = procs
+
+    def put(self, item):
+        size, med = item
+        print(f"gloo {self.procs} {size} {med:.6f}", flush=True)
+
+
+def one_rank(argv):
+    opts = dict(zip(argv[0:6:2], argv[1:6:2]))
+    if sorted(opts) != ["--master", "--rank", "--world"] or len(argv) < 8:
+        sys.exit(__doc__)
+    rank, procs = int(opts["--rank"]), int(opts["--world"])
+    master, port = opts["--master"].rsplit(":", 1)
+    reps, sizes = int(argv[6]), [int(s) for s in argv[7:]]
+    worker(rank, procs, reps, int(port), sizes, PrintQueue(procs), master)
+
+
 def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "--rank":
+        return one_rank(sys.argv[1:])
+    if len(sys.argv) < 5:
+        sys.exit(__doc__)
     procs, reps, port = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
     sizes = [int(s) for s in sys.argv[4:]]
     ctx = mp.get_context("spawn")
