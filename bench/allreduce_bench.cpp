@@ -13,8 +13,9 @@
 // --netns: member i first enters the network namespace /var/run/netns/NSi (setns, so it needs
 // root) and listens on IPi instead of 127.0.0.1 (bench/netns_allreduce.sh builds such a
 // network; Gloo is then run by that script, so this implies --no-gloo). --raw adds one line per
-// size, "grove PROCS BYTES MEDIAN_SECONDS WIRE_BYTES CPU_SECONDS" (wire bytes: the most one
-// member sent; CPU: all members' user + system time during the op, median rep).
+// size, "grove PROCS BYTES MEDIAN_SECONDS WIRE_BYTES CPU_SECONDS BUILD_SECONDS" (wire bytes: the
+// most one member sent; CPU: all members' user + system time during the op; build: the slowest
+// member's time to construct its core, before which it sends nothing; medians over the reps).
 #include <fcntl.h>
 #include <sched.h>
 #include <sys/resource.h>
@@ -138,9 +139,12 @@ int child(int in_fd, int out_fd, std::size_t rank, const Options& opt) {
     auto fut = done.get_future();
     const double cpu0 = cpu_seconds();
     const auto t0 = transport::Clock::now();
-    rt->start(std::make_unique<gossip::RingAllReduce>(op, host.id(), ring, std::move(input), o,
-                                                      gossip::GossipRuntime::now()),
-              addresses,
+    // Building the core (checking the input, encoding the first messages) is part of the op;
+    // its time is reported too, as nothing is sent before it ends.
+    auto core = std::make_unique<gossip::RingAllReduce>(op, host.id(), ring, std::move(input), o,
+                                                        gossip::GossipRuntime::now());
+    const double built = bench::seconds_between(t0, transport::Clock::now());
+    rt->start(std::move(core), addresses,
               [&done](std::unique_ptr<gossip::Protocol> p) { done.set_value(std::move(p)); });
     auto p = fut.get();
     const double secs = bench::seconds_between(t0, transport::Clock::now());
@@ -149,9 +153,9 @@ int child(int in_fd, int out_fd, std::size_t rank, const Options& opt) {
     const auto h = transport::blake2b_256(
         {reinterpret_cast<const std::uint8_t*>(r.result().data()), r.result().size() * 4});
     char buf[256];
-    std::snprintf(buf, sizeof buf, "t %.6f %s %s %llu %.6f\n", secs, gossip::to_string(r.status()),
-                  transport::to_hex(h).substr(0, 16).c_str(),
-                  static_cast<unsigned long long>(r.stats().bytes_sent), cpu);
+    std::snprintf(buf, sizeof buf, "t %.6f %s %s %llu %.6f %.6f\n", secs,
+                  gossip::to_string(r.status()), transport::to_hex(h).substr(0, 16).c_str(),
+                  static_cast<unsigned long long>(r.stats().bytes_sent), cpu, built);
     bench::write_all(out_fd, buf);
   }
   ht.stop(Duration(5000));
@@ -169,6 +173,7 @@ struct GroveResult {
   double seconds = -1;     // median; negative when a run failed
   std::uint64_t wire = 0;  // the most bytes one member sent (last rep)
   double cpu = 0;          // CPU seconds of all members together (median rep)
+  double build = 0;        // the slowest member's time to build its core (median rep)
 };
 
 // Runs grove's all-reduce over `n` processes for every size.
@@ -197,18 +202,18 @@ std::vector<GroveResult> run_grove(std::size_t n, const Options& opt) {
   for (auto& k : kids) bench::write_all(k.to.w, members + "end\n");
   std::vector<GroveResult> medians;
   for (const auto bytes : opt.sizes) {
-    std::vector<double> times, cpus;
+    std::vector<double> times, cpus, builds;
     std::uint64_t wire = 0;
     bool ok = true;
     for (int rep = 0; rep <= opt.reps && ok; ++rep) {  // rep 0 warms up
       for (auto& k : kids)
         bench::write_all(k.to.w, "go " + std::to_string(bytes) + " " + std::to_string(rep) + "\n");
-      double worst = 0, cpu = 0;
+      double worst = 0, cpu = 0, build = 0;
       std::string hash;
       for (auto& k : kids) {
         auto line = bench::read_line(k.from.r, Duration(600000));
         const auto f = line ? split(*line, ' ') : std::vector<std::string>{};
-        if (f.size() != 6 || f[2] != "done") {
+        if (f.size() != 7 || f[2] != "done") {
           std::fprintf(stderr, "allreduce_bench: a member failed: %s\n",
                        line ? line->c_str() : "(no answer)");
           ok = false;
@@ -217,6 +222,7 @@ std::vector<GroveResult> run_grove(std::size_t n, const Options& opt) {
         worst = std::max(worst, std::stod(f[1]));
         wire = std::max<std::uint64_t>(wire, std::stoull(f[4]));
         cpu += std::stod(f[5]);
+        build = std::max(build, std::stod(f[6]));
         if (!hash.empty() && hash != f[3]) {
           std::fprintf(stderr, "allreduce_bench: members disagree on the result\n");
           ok = false;
@@ -226,9 +232,11 @@ std::vector<GroveResult> run_grove(std::size_t n, const Options& opt) {
       if (rep > 0) {
         times.push_back(worst);
         cpus.push_back(cpu);
+        builds.push_back(build);
       }
     }
-    medians.push_back({ok ? bench::median(times) : -1.0, wire, ok ? bench::median(cpus) : 0.0});
+    medians.push_back({ok ? bench::median(times) : -1.0, wire, ok ? bench::median(cpus) : 0.0,
+                       ok ? bench::median(builds) : 0.0});
   }
   for (auto& k : kids) {
     bench::write_all(k.to.w, "quit\n");
@@ -335,9 +343,9 @@ int main(int argc, char** argv) {
       std::printf("  %5zu %10s %12.3f %12.3f %10s\n", n, bench::human_bytes(opt.sizes[i]).c_str(),
                   t, g, g > 0 && t > 0 ? (std::to_string(t / g).substr(0, 5) + "x").c_str() : "-");
       if (opt.raw)
-        std::printf("grove %zu %llu %.6f %llu %.3f\n", n,
+        std::printf("grove %zu %llu %.6f %llu %.3f %.3f\n", n,
                     static_cast<unsigned long long>(opt.sizes[i]), t,
-                    static_cast<unsigned long long>(grove[i].wire), grove[i].cpu);
+                    static_cast<unsigned long long>(grove[i].wire), grove[i].cpu, grove[i].build);
     }
   }
   return rc;

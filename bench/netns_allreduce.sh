@@ -166,7 +166,7 @@ echo "TCP goodput, $ring_n nodes each sending $goodput_mib MiB to the next at on
   "$(awk -v g="$goodput" 'BEGIN {printf "%.1f MB/s (%.0f Mbit/s) per node, the slowest", g / 1e6, g * 8 / 1e6}')"
 
 # --- the runs -----------------------------------------------------------------------------------
-declare -A grove_s grove_wire grove_cpu gloo_s
+declare -A grove_s grove_wire grove_cpu grove_build gloo_s
 for n in "${proc_list[@]}"; do
   ns_arg=$(IFS=,; echo "${ns[*]:0:n}")
   ip_arg=$(IFS=,; echo "${ips[*]:0:n}")
@@ -175,10 +175,11 @@ for n in "${proc_list[@]}"; do
     echo "netns_allreduce.sh: allreduce_bench failed for N=$n:" >&2
     cat "$work/grove.$n" "$work/grove.$n.err" >&2
   }
-  while read -r _ p bytes secs wire cpu; do
+  while read -r _ p bytes secs wire cpu build; do
     grove_s[$p.$bytes]=$secs
     grove_wire[$p.$bytes]=$wire
     grove_cpu[$p.$bytes]=$cpu
+    grove_build[$p.$bytes]=$build
   done < <(grep '^grove ' "$work/grove.$n" || true)
 
   gpids=()
@@ -201,20 +202,21 @@ echo
 echo "all-reduce, median of $reps, slowest member; grove: encrypted, $codec on the wire; Gloo: fp32."
 echo "bound = 2(N-1)/N x wire bytes / measured goodput (grove's wire bytes: the most one member"
 echo "sent, as counted by its core; Gloo's: 2(N-1)/N x the fp32 tensor); grove cpu: CPU seconds"
-echo "of all grove members together during the op ($(nproc) cores here)"
-printf "%10s %3s %9s %9s %10s %9s %11s %9s %10s %9s\n" size N "grove s" "gloo s" grove/gloo \
-  "bound s" grove/bound "gloo bd" gloo/bound "grove cpu"
+echo "of all grove members together during the op ($(nproc) cores here); build: the slowest"
+echo "member's time to construct its core (input check, first messages encoded), included in grove s"
+printf "%10s %3s %9s %9s %10s %9s %11s %9s %10s %9s %7s\n" size N "grove s" "gloo s" grove/gloo \
+  "bound s" grove/bound "gloo bd" gloo/bound "grove cpu" build
 for n in "${proc_list[@]}"; do
   for ((k = 0; k < ${#size_list[@]}; ++k)); do
     b="${size_bytes[k]}"
     awk -v size="${size_list[k]}" -v n="$n" -v b="$b" -v g="${grove_s[$n.$b]:--1}" \
       -v w="${grove_wire[$n.$b]:-0}" -v c="${grove_cpu[$n.$b]:-0}" -v l="${gloo_s[$n.$b]:--1}" \
-      -v gp="$goodput" 'BEGIN {
+      -v bt="${grove_build[$n.$b]:-0}" -v gp="$goodput" 'BEGIN {
         bound = w / gp; lbound = 2 * (n - 1) / n * b / gp
-        printf "%10s %3d %9.3f %9.3f %10s %9.3f %11s %9.3f %10s %9.3f\n", size, n, g, l,
+        printf "%10s %3d %9.3f %9.3f %10s %9.3f %11s %9.3f %10s %9.3f %7.3f\n", size, n, g, l,
           (g > 0 && l > 0) ? sprintf("%.3fx", g / l) : "-", bound,
           (g > 0 && w > 0) ? sprintf("%.3fx", g / bound) : "-", lbound,
-          (l > 0) ? sprintf("%.3fx", l / lbound) : "-", c
+          (l > 0) ? sprintf("%.3fx", l / lbound) : "-", c, bt
       }'
   done
 done
