@@ -10,7 +10,12 @@
 #
 #   sudo bench/netns_allreduce.sh [--procs 2,4] [--sizes 4M,64M,256M] [--reps 3]
 #                                 [--rate 1gbit] [--build build-perf] [--goodput-mib 256]
+#                                 [--notsent-lowat BYTES]
 #                                 [-- extra allreduce_bench options, e.g. --codec fp32]
+#
+# --notsent-lowat sets net.ipv4.tcp_notsent_lowat in every namespace: the kernel then keeps at
+# most that many not-yet-sent bytes per socket, so frames queued behind bulk data (credit,
+# stream_done) wait less. An experiment knob: the same as TCP_NOTSENT_LOWAT on the sockets.
 #
 # Needs root, iproute2 and tc, /usr/bin/python3 with torch (Gloo). Uses private addresses
 # 10.199.77.0/24 inside namespaces it creates and removes them all on exit.
@@ -22,6 +27,7 @@ reps=3
 rate="1gbit"
 build="build-perf"
 goodput_mib=256
+notsent_lowat=""
 extra=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -31,6 +37,7 @@ while [[ $# -gt 0 ]]; do
     --rate) rate="$2"; shift 2 ;;
     --build) build="$2"; shift 2 ;;
     --goodput-mib) goodput_mib="$2"; shift 2 ;;
+    --notsent-lowat) notsent_lowat="$2"; shift 2 ;;
     --) shift; extra=("$@"); break ;;
     *) echo "netns_allreduce.sh: unknown option $1" >&2; exit 2 ;;
   esac
@@ -105,6 +112,9 @@ for ((i = 0; i < n_max; ++i)); do
   ip -n "$br_ns" link set "gb$i" master br0 up
   shape "${ns[i]}" "gv$i"
   shape "$br_ns" "gb$i"
+  if [[ -n "$notsent_lowat" ]]; then
+    ip netns exec "${ns[i]}" sysctl -qw net.ipv4.tcp_notsent_lowat="$notsent_lowat"
+  fi
 done
 
 # --- goodput: every node sends to the next at once ---------------------------------------------
@@ -161,7 +171,8 @@ for ((i = 0; i < ring_n; ++i)); do
 done
 for pid in "${pids[@]}"; do wait "$pid"; done
 goodput=$(cat "$work"/goodput.* | awk '{r = $1 / $2; if (min == "" || r < min) min = r} END {printf "%.0f", min}')
-echo "network: $n_max namespaces on a bridge, every veth end shaped with tbf rate $rate"
+echo "network: $n_max namespaces on a bridge, every veth end shaped with tbf rate $rate" \
+  "${notsent_lowat:+(tcp_notsent_lowat $notsent_lowat)}"
 echo "TCP goodput, $ring_n nodes each sending $goodput_mib MiB to the next at once:" \
   "$(awk -v g="$goodput" 'BEGIN {printf "%.1f MB/s (%.0f Mbit/s) per node, the slowest", g / 1e6, g * 8 / 1e6}')"
 
