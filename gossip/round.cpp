@@ -112,9 +112,7 @@ void RoundEngine::submit(std::vector<float> theta, Time now) {
   // NoLoCo's m and DiLoCo's b are different quantities (and signs): restart from zero.
   if (switched) std::fill(state_.momentum.begin(), state_.momentum.end(), 0.0f);
   phase_ = Phase::matching;
-  auto self = members_.self();
-  self.status = "averaging";
-  members_.set_self(self);
+  publish_self("averaging");
   auto& mm = round_mode_ == OuterMode::diloco ? *groups_ : *pairs_;
   mm.ready(state_.round, addresses_, now,
            guarded(alive_, [this](MatchResult m) { on_match(std::move(m), dht_.now()); }),
@@ -268,7 +266,7 @@ void RoundEngine::on_op_finished(std::unique_ptr<Protocol> p, Time now) {
   const std::set<NodeId> members(ar->members().begin(), ar->members().end());
   finish_round(std::move(r), now);
   if (members.size() > 1) {
-    expect_[state_.round] = Expect{weights_hash(state_.phi), members};
+    expect_[state_.round] = Expect{phi_hash_, members};
     while (expect_.size() > 16) expect_.erase(expect_.begin());
     for (const auto& m : members_.live(now)) check_member(m);
   }
@@ -276,22 +274,27 @@ void RoundEngine::on_op_finished(std::unique_ptr<Protocol> p, Time now) {
 
 void RoundEngine::finish_round(RoundReport r, Time now) {
   ++state_.round;
-  r.weights_hash = weights_hash(state_.phi);
   r.sync_time = now - submitted_;
   theta_.clear();
   theta_.shrink_to_fit();
   phase_ = Phase::idle;
   after_state(now);
+  r.weights_hash = phi_hash_;
   reports_.push_back(std::move(r));
 }
 
-void RoundEngine::after_state(Time now) {
+void RoundEngine::publish_self(const char* status) {
   auto self = members_.self();
   self.round = state_.round;
-  self.weights_hash = weights_hash(state_.phi);
-  self.status = "training";
+  self.weights_hash = phi_hash_;
+  self.status = status;
   if (self.addresses.empty()) self.addresses = addresses_;
   members_.set_self(self);
+}
+
+void RoundEngine::after_state(Time now) {
+  phi_hash_ = weights_hash(state_.phi);  // once per new φ: reports, record and checks reuse it
+  publish_self("training");
   if (!opts_.serve_state || !server_) return;
   auto snap = std::make_shared<StateSnapshot>(run_id_, state_.round, optim::serialize(state_),
                                               opts_.snapshot_chunk);
@@ -390,10 +393,7 @@ void RoundEngine::begin_sync(std::uint64_t min_round, bool joining, std::string 
   download_.reset();
   op_.reset();
   if (!joining) spdlog::warn("{}; catching up by state sync", sync_why_);
-  auto self = members_.self();
-  self.status = "syncing";
-  if (self.addresses.empty()) self.addresses = addresses_;
-  if (has_state_) members_.set_self(self);
+  if (has_state_) publish_self("syncing");
   const std::uint64_t attempt = ++sync_attempt_;
   offers_retry_ = Time::max();
   dht_.get(state_key(run_id_), now, guarded(alive_, [this, attempt](dht::GetResult res) {
@@ -479,7 +479,7 @@ void RoundEngine::sync_done(Time now) {
   r.kind = RoundReport::Kind::synced;
   r.round = state_.round;
   r.mode = mode_of(state_.round);
-  r.weights_hash = weights_hash(state_.phi);
+  r.weights_hash = phi_hash_;
   r.bytes_received = offer.size;
   r.sync_time = now - sync_started_;
   r.note = sync_why_ + ": state of round " + std::to_string(offer.round) + " from " +
@@ -508,9 +508,9 @@ void RoundEngine::sync_failed(const std::string& why, Time now) {
   phase_ = Phase::idle;
   theta_.clear();
   r.local_only = true;
-  r.weights_hash = weights_hash(state_.phi);
+  r.weights_hash = phi_hash_;
   r.sync_time = now - submitted_;
-  after_state(now);
+  publish_self("training");  // φ is unchanged: its snapshot and offer stand
   reports_.push_back(std::move(r));
 }
 

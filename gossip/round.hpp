@@ -157,7 +157,9 @@ class RoundEngine {
   void on_match(MatchResult m, Time now);
   void finish_round(RoundReport r, Time now);
   void apply_local(RoundReport& r);
+  /// φ changed: hash it, publish round and hash, serve a snapshot and offer it.
   void after_state(Time now);
+  void publish_self(const char* status);
   void begin_sync(std::uint64_t min_round, bool joining, std::string why, Time now);
   void on_offers(std::uint64_t attempt, dht::GetResult res, Time now);
   void sync_done(Time now);
@@ -178,6 +180,7 @@ class RoundEngine {
   Phase phase_ = Phase::none;
   bool has_state_ = false;
   optim::OuterState state_;
+  Digest phi_hash_{};  // BLAKE2b-256 of state_.phi, kept by after_state
   std::vector<float> theta_;
   Time submitted_{0};
   OuterMode round_mode_ = OuterMode::noloco;
