@@ -116,11 +116,12 @@ int child(int in_fd, int out_fd, std::size_t rank, const Options& opt) {
     ring.push_back(id);
     addresses[id] = f[2];
   }
+  optim::FloatBuffer spare;
   for (;;) {
     auto line = bench::read_line(in_fd, Duration(600000));
     if (!line || *line == "quit") break;
-    const auto f = split(*line, ' ');  // go <bytes> <rep>
-    if (f.size() != 3 || f[0] != "go") return 3;
+    const auto f = split(*line, ' ');  // prep <bytes> <rep>
+    if (f.size() != 3 || f[0] != "prep") return 3;
     const std::uint64_t bytes = std::stoull(f[1]);
     const int rep = std::stoi(f[2]);
     std::vector<float> input(bytes / 4);
@@ -129,6 +130,10 @@ int child(int in_fd, int out_fd, std::size_t rank, const Options& opt) {
       x = x * 1664525u + 1013904223u;
       v = (static_cast<float>(x >> 8) / 16777216.0f - 0.5f) * 0.02f;
     }
+    // Every member builds its input before any starts (as gloo_allreduce.py does before its
+    // barrier), so that no member's op competes with another's input generation for the cores.
+    bench::write_all(out_fd, "ready\n");
+    if (auto go = bench::read_line(in_fd, Duration(600000)); !go || *go != "go") return 3;
     gossip::OpId op{};
     std::memcpy(op.data(), &bytes, 8);
     op[8] = static_cast<std::uint8_t>(rep);
@@ -141,8 +146,10 @@ int child(int in_fd, int out_fd, std::size_t rank, const Options& opt) {
     const auto t0 = transport::Clock::now();
     // Building the core (checking the input, encoding the first messages) is part of the op;
     // its time is reported too, as nothing is sent before it ends.
-    auto core = std::make_unique<gossip::RingAllReduce>(op, host.id(), ring, std::move(input), o,
-                                                        gossip::GossipRuntime::now());
+    // The result buffer of the previous rep is reused, as a node reuses it from round to round
+    // (Gloo's all-reduce works in place on a tensor that is already mapped, too).
+    auto core = std::make_unique<gossip::RingAllReduce>(
+        op, host.id(), ring, std::move(input), o, gossip::GossipRuntime::now(), std::move(spare));
     const double built = bench::seconds_between(t0, transport::Clock::now());
     rt->start(std::move(core), addresses,
               [&done](std::unique_ptr<gossip::Protocol> p) { done.set_value(std::move(p)); });
@@ -157,6 +164,7 @@ int child(int in_fd, int out_fd, std::size_t rank, const Options& opt) {
                   gossip::to_string(r.status()), transport::to_hex(h).substr(0, 16).c_str(),
                   static_cast<unsigned long long>(r.stats().bytes_sent), cpu, built);
     bench::write_all(out_fd, buf);
+    spare = r.take_result();
   }
   ht.stop(Duration(5000));
   return 0;
@@ -207,7 +215,13 @@ std::vector<GroveResult> run_grove(std::size_t n, const Options& opt) {
     bool ok = true;
     for (int rep = 0; rep <= opt.reps && ok; ++rep) {  // rep 0 warms up
       for (auto& k : kids)
-        bench::write_all(k.to.w, "go " + std::to_string(bytes) + " " + std::to_string(rep) + "\n");
+        bench::write_all(k.to.w,
+                         "prep " + std::to_string(bytes) + " " + std::to_string(rep) + "\n");
+      for (auto& k : kids) {
+        auto line = bench::read_line(k.from.r, Duration(600000));
+        if (!line || *line != "ready") usage("allreduce_bench", "a member failed to prepare");
+      }
+      for (auto& k : kids) bench::write_all(k.to.w, "go\n");
       double worst = 0, cpu = 0, build = 0;
       std::string hash;
       for (auto& k : kids) {

@@ -34,17 +34,20 @@ std::uint64_t tag_of(const std::set<NodeId>& suspects) {
   std::memcpy(&t, d.data(), sizeof t);
   return t | 1;  // never 0
 }
+
 }  // namespace
 
 RingAllReduce::RingAllReduce(OpId op, NodeId self, std::vector<NodeId> ring,
-                             std::vector<float> input, AllReduceOptions opts, Time now)
+                             std::vector<float> input, AllReduceOptions opts, Time now,
+                             optim::FloatBuffer out)
     : op_(op),
       self_(self),
       original_(std::move(ring)),
       input_(std::move(input)),
       opts_(opts),
       n_(input_.size()),
-      started_(now) {
+      started_(now),
+      result_(std::move(out)) {
   if (std::find(original_.begin(), original_.end(), self_) == original_.end())
     throw std::invalid_argument("all-reduce ring does not contain this node");
   auto sorted = original_;
@@ -56,10 +59,10 @@ RingAllReduce::RingAllReduce(OpId op, NodeId self, std::vector<NodeId> ring,
   if (opts_.codec == WireCodec::e3m0)
     throw std::invalid_argument("all-reduce sums partial results: E3M0 is not allowed");
   scratch_.resize(opts_.chunk_values);
-  if (!optim::all_finite(input_)) {
-    fail("local input is not finite");
-    return;
-  }
+  // The input is not scanned here: every input value passes through exactly one encode (in this
+  // member's own segment, or added to a partial sum), which rejects non-finite values, so a bad
+  // input fails the op at its first chunk without delaying the first byte of a good one.
+  result_.resize(n_);
   start_attempt(now);
 }
 
@@ -85,7 +88,6 @@ void RingAllReduce::start_attempt(Time now) {
   me_ = static_cast<std::size_t>(std::find(ring_.begin(), ring_.end(), self_) - ring_.begin());
   tag_ = tag_of(suspects_);
   const std::size_t N = ring_.size();
-  result_.assign(n_, 0.0f);
   reduced_.assign(N, {});
   gathered_.assign(N, {});
   total_chunks_ = 0;
@@ -105,7 +107,7 @@ void RingAllReduce::start_attempt(Time now) {
     // losing every other member says more about our own links than theirs: fail, so that the
     // node re-syncs its state instead of going on with weights nobody else has.
     if (original_.size() > 2) return fail("lost every other member (isolated?)");
-    result_ = input_;
+    std::copy(input_.begin(), input_.end(), result_.begin());
     complete(now);
     return;
   }
@@ -115,6 +117,7 @@ void RingAllReduce::start_attempt(Time now) {
     const std::size_t off = c * opts_.chunk_values;
     const std::size_t len = std::min(opts_.chunk_values, seg_len(me_) - off);
     send_chunk(Phase::reduce_scatter, me_, c, std::span(input_).subspan(b + off, len), now);
+    if (finished()) return;
   }
   if (total_chunks_ == 0) complete(now);  // an empty tensor
 }
@@ -128,16 +131,20 @@ void RingAllReduce::send_chunk(Phase ph, std::size_t s, std::size_t c,
   h.count = values.size();
   std::span<std::uint8_t> payload;
   Bytes msg = encode_message(h, encoded_size(opts_.codec, values.size()), &payload);
-  if (encode_values(opts_.codec, values, payload) != optim::CodecError::ok) {
-    fail("a partial sum is not finite (overflow)");
-    return;
-  }
+  const std::size_t at = seg_begin(s) + c * opts_.chunk_values;
+  if (encode_values(opts_.codec, values, payload) != optim::CodecError::ok)
+    return fail_encode(at, values.size());
   if (ph == Phase::all_gather && owner(s) == me_) {
     // The owner keeps exactly what it sends, so every member holds the same bits.
-    const std::size_t off = seg_begin(s) + c * opts_.chunk_values;
-    decode_values(opts_.codec, payload, std::span(result_).subspan(off, values.size()));
+    decode_values(opts_.codec, payload, std::span(result_).subspan(at, values.size()));
   }
   send(succ(), std::move(msg), now);
+}
+
+void RingAllReduce::fail_encode(std::size_t at, std::size_t len) {
+  if (!optim::all_finite(std::span<const float>(input_).subspan(at, len)))
+    return fail("local input is not finite");
+  fail("a partial sum is not finite (overflow)");
 }
 
 void RingAllReduce::on_message(const NodeId& from, const Message& m, Time now) {

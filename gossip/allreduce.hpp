@@ -29,10 +29,13 @@
 // alone (more likely its own links failed than everyone else's).
 #pragma once
 
+#include <memory>
 #include <set>
+#include <span>
 #include <string>
 
 #include "gossip/protocol.hpp"
+#include "optim/buffer.hpp"
 
 namespace grove::gossip {
 
@@ -57,8 +60,10 @@ class RingAllReduce final : public Protocol {
   /// `ring` lists the members in ring order (every member must use the same order) and contains
   /// `self`. `input` is this member's tensor (same size everywhere). Throws std::invalid_argument
   /// for a ring without self, duplicates or bad options (caller bugs, not peer faults).
+  /// `out` is where the result is written: pass the buffer of an earlier op (take_result()) to
+  /// reuse its memory; its contents are ignored.
   RingAllReduce(OpId op, NodeId self, std::vector<NodeId> ring, std::vector<float> input,
-                AllReduceOptions opts, Time now);
+                AllReduceOptions opts, Time now, optim::FloatBuffer out = {});
 
   const OpId& op() const override { return op_; }
   void on_message(const NodeId& from, const Message& m, Time now) override;
@@ -70,7 +75,9 @@ class RingAllReduce final : public Protocol {
 
   OpStatus status() const { return status_; }
   /// The mean over members() (valid when done).
-  const std::vector<float>& result() const { return result_; }
+  std::span<const float> result() const { return result_; }
+  /// Moves the result buffer out (for reading, or for the next op to reuse).
+  optim::FloatBuffer take_result() { return std::move(result_); }
   /// The ring of the attempt that completed (or is running).
   const std::vector<NodeId>& members() const { return ring_; }
   const std::set<NodeId>& suspects() const { return suspects_; }
@@ -91,6 +98,7 @@ class RingAllReduce final : public Protocol {
   void suspect(const std::set<NodeId>& ids, Time now, const char* why);
   void send(const NodeId& to, Bytes b, Time now);
   void send_chunk(Phase ph, std::size_t s, std::size_t c, std::span<const float> values, Time now);
+  void fail_encode(std::size_t at, std::size_t len);
   void on_chunk(const NodeId& from, const Message& m, Time now);
   void complete(Time now);
   void maybe_done();
@@ -109,7 +117,9 @@ class RingAllReduce final : public Protocol {
   std::vector<NodeId> ring_;
   std::size_t me_ = 0;
   std::uint64_t tag_ = 0;
-  std::vector<float> result_;
+  // Not zero-filled: every value is written by the all-gather before it is read, and a fresh
+  // allocation is only faulted in as the chunks arrive (not before the first byte is sent).
+  optim::FloatBuffer result_;
   std::vector<std::vector<bool>> reduced_, gathered_;  // per segment, per chunk: seen
   std::size_t final_chunks_ = 0, total_chunks_ = 0;
   std::vector<float> scratch_;

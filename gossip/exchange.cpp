@@ -29,17 +29,19 @@ GroupExchange::GroupExchange(OpId op, NodeId self, std::vector<NodeId> group,
     if (!peers_.emplace(id, Incoming{}).second)
       throw std::invalid_argument("exchange group lists a member twice");
   }
-  mean_ = own_;
+  // One pass per tensor before the first byte goes out: the norm (computed in double, so it is
+  // finite exactly when every value is) doubles as the finiteness check.
   for (const auto& t : own_) own_norm_.push_back(norm(t));
   for (auto& [id, in] : peers_) {
     in.last_heard = now;
     in.last_sent = now;
   }
-  for (const auto& t : own_)
-    if (!optim::all_finite(t)) {
+  for (const double nrm : own_norm_)
+    if (!std::isfinite(nrm)) {
       spdlog::warn("exchange: local tensor is not finite; local-only round");
       for (auto& [id, in] : peers_) in.state = Incoming::failed, in.why = "local tensor not finite";
       finished_ = true;
+      mean_ = std::move(own_);
       return;
     }
   // Encode each chunk once, hash the tensor's encoding, then queue begin + chunks per partner.
@@ -168,12 +170,14 @@ void GroupExchange::maybe_finish() {
   for (const auto& [id, in] : peers_)
     if (in.state == Incoming::receiving) return;
   finished_ = true;
-  // Mean over ours and the completed partners', summed in member-id order (deterministic).
+  // Mean over ours and the completed partners', summed in member-id order (deterministic), in
+  // place in our own tensors (no longer needed once finished).
+  mean_ = std::move(own_);
   std::size_t k = 1;
   for (const auto& [id, in] : peers_)
     if (in.state == Incoming::complete) {
       ++k;
-      for (std::size_t t = 0; t < own_.size(); ++t) {
+      for (std::size_t t = 0; t < mean_.size(); ++t) {
         float* dst = mean_[t].data();
         const float* src = in.staged[t].data();
         for (std::size_t i = 0; i < mean_[t].size(); ++i) dst[i] += src[i];

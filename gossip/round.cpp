@@ -181,8 +181,11 @@ void RoundEngine::on_match(MatchResult m, Time now) {
     } else {
       *input = delta();
     }
-    start.make = [op, self, ring = m.group, input, o = opts_.allreduce](Time t) {
-      return std::make_unique<RingAllReduce>(op, self, ring, std::move(*input), o, t);
+    // The previous all-reduce's result buffer is reused: its pages are already mapped.
+    auto out = std::make_shared<optim::FloatBuffer>(std::move(spare_));
+    start.make = [op, self, ring = m.group, input, out, o = opts_.allreduce](Time t) {
+      return std::make_unique<RingAllReduce>(op, self, ring, std::move(*input), o, t,
+                                             std::move(*out));
     };
   }
   op_ = op;
@@ -264,6 +267,7 @@ void RoundEngine::on_op_finished(std::unique_ptr<Protocol> p, Time now) {
     r.note += (r.note.empty() ? "" : "; ") + std::to_string(ar->suspects().size()) +
               " member(s) excluded";
   const std::set<NodeId> members(ar->members().begin(), ar->members().end());
+  spare_ = ar->take_result();
   finish_round(std::move(r), now);
   if (members.size() > 1) {
     expect_[state_.round] = Expect{phi_hash_, members};

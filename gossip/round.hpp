@@ -167,6 +167,7 @@ class RoundEngine {
   void poll_modes(Time now);
   void check_member(const dht::MemberInfo& m);
   std::vector<float> delta() const;
+  optim::FloatBuffer spare_;  // the last all-reduce's result buffer, for the next one
 
   dht::DhtNode& dht_;
   dht::Membership& members_;

@@ -72,6 +72,11 @@ struct LinkLimits {
   std::size_t max_decrypt_ahead = 8u << 20;  ///< TcpLink: received bytes awaiting decryption
   Duration min_frame_time{10000};            ///< a frame body must arrive within this ...
   std::size_t min_frame_rate = 64u << 10;    ///< ... plus size / this many bytes per second
+  /// TcpLink: TCP_NOTSENT_LOWAT, the most not-yet-sent bytes the kernel holds per socket (0:
+  /// the system default, which lets the send buffer grow to megabytes). The session keeps its
+  /// own queue to ~10 ms of sending; without this cap the kernel's buffer adds 25-55 ms on a
+  /// 1 Gbit/s link in front of every credit and confirmation (measured, bench/netns_allreduce.sh).
+  std::size_t notsent_lowat = 128u << 10;
   /// TcpLink: seal and open records on the host strand instead of on worker threads (falling
   /// back to the workers only while frames are already queued there, to keep order). Workers
   /// overlap crypto with socket I/O when there are spare cores; without them the hand-offs

@@ -1,6 +1,13 @@
 #include "transport/tcp_link.hpp"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <charconv>
+#include <cstring>
 
 #include <spdlog/spdlog.h>
 #include <boost/asio/connect.hpp>
@@ -67,6 +74,13 @@ TcpLink::TcpLink(tcp::socket sock, const SessionKeys& keys, PeerInfo peer,
       frame_timer_(ex_) {
   boost::system::error_code ec;
   sock_.set_option(tcp::no_delay(true), ec);
+#ifdef TCP_NOTSENT_LOWAT
+  if (limits_.notsent_lowat > 0) {
+    const int v = static_cast<int>(std::min<std::size_t>(limits_.notsent_lowat, 1u << 30));
+    if (::setsockopt(sock_.native_handle(), IPPROTO_TCP, TCP_NOTSENT_LOWAT, &v, sizeof v) != 0)
+      spdlog::debug("transport: TCP_NOTSENT_LOWAT not set: {}", std::strerror(errno));
+  }
+#endif
 }
 
 TcpLink::~TcpLink() = default;

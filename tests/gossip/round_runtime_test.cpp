@@ -122,7 +122,9 @@ TEST(RoundRuntime, JoinBySyncAverageThenSwitchToDiLoCoOverEncryptedTcp) {
   s.nodes[0].round->start(std::move(st));
   for (std::size_t i = 1; i < 3; ++i) s.nodes[i].round->join();
   // The bootstrap node produces its first report only after a round: kick off its inner phase.
-  s.on_report(0, RoundReport{RoundReport::Kind::synced});
+  RoundReport kick;
+  kick.kind = RoundReport::Kind::synced;
+  s.on_report(0, kick);
 
   ASSERT_TRUE(s.wait(
       [](auto& reps) {

@@ -131,7 +131,9 @@ void expect_identical_per_round(Swarm& s, std::size_t min_rounds_checked) {
   }
   EXPECT_GE(checked, min_rounds_checked);
   for (std::size_t i = 0; i < s.size(); ++i)
-    if (s.alive(i)) EXPECT_EQ(s.engine(i).mismatches(), 0u) << "node " << i;
+    if (s.alive(i)) {
+      EXPECT_EQ(s.engine(i).mismatches(), 0u) << "node " << i;
+    }
 }
 
 TEST(RoundEngine, DiLoCoMembersEndEveryRoundBitIdentical) {
@@ -141,8 +143,9 @@ TEST(RoundEngine, DiLoCoMembersEndEveryRoundBitIdentical) {
   for (std::size_t i = 0; i < s.size(); ++i) EXPECT_GE(s.rounds(i), 15u) << "node " << i;
   expect_identical_per_round(s, 15);
   for (std::size_t i = 1; i < s.size(); ++i)
-    if (s.engine(i).state().round == s.engine(0).state().round)
+    if (s.engine(i).state().round == s.engine(0).state().round) {
       EXPECT_EQ(s.engine(i).state().phi, s.engine(0).state().phi);
+    }
 }
 
 TEST(RoundEngine, RunTimeSwitchToDiLoCoAndBack) {
@@ -236,8 +239,9 @@ TEST(RoundEngine, DiLoCoStragglerIsLeftOutAndCatchesUp) {
     if (i == slow) continue;
     EXPECT_GE(s.rounds(i), 15u) << "node " << i;
     for (const auto& r : s.reports(i))
-      if (r.kind == RoundReport::Kind::round)
+      if (r.kind == RoundReport::Kind::round) {
         EXPECT_LE(r.sync_time, m.patience + m.window + m.settle + m.read_timeout);
+      }
   }
   EXPECT_GE(s.engine(slow).syncs(), 3u);  // caught up by state sync instead of stalling
   expect_identical_per_round(s, 15);

@@ -13,6 +13,10 @@
 namespace grove::gossip {
 namespace {
 
+std::vector<float> vec(std::span<const float> s) {
+  return {s.begin(), s.end()};
+}
+
 using namespace std::chrono_literals;
 using transport::test::await;
 using transport::test::World;
@@ -73,7 +77,7 @@ TEST(GossipRuntime, RingAllReduceOverEncryptedTcp) {
   for (std::size_t i = 1; i < N; ++i) {
     const auto& r = static_cast<RingAllReduce&>(*done[i]);
     ASSERT_EQ(r.status(), OpStatus::done) << r.failure();
-    EXPECT_TRUE(r.result() == ref.result()) << "member " << i;
+    EXPECT_TRUE(vec(r.result()) == vec(ref.result())) << "member " << i;
   }
   std::vector<std::vector<float>> in;
   for (std::size_t i = 0; i < N; ++i) in.push_back(randn(i, n));
@@ -110,7 +114,7 @@ TEST(GossipRuntime, SurvivorsFinishWhenOneMemberNeverStartsAndAnotherShutsDown) 
   for (auto* r : live) {
     ASSERT_EQ(r->status(), OpStatus::done) << r->failure();
     EXPECT_EQ(r->members().size(), 3u);
-    EXPECT_TRUE(r->result() == live[0]->result());
+    EXPECT_TRUE(vec(r->result()) == vec(live[0]->result()));
   }
 }
 
