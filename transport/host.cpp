@@ -148,7 +148,24 @@ Host::SessionPtr Host::add_session(std::shared_ptr<Link> link) {
   if (opts_.faults) link = FaultyLink::wrap(std::move(link), opts_.faults, strand_);
   auto s = std::make_shared<Session>(link, strand_, opts_.session, weak_from_this());
   sessions_.insert(s);
-  by_id_[s->peer().id] = s;
+  auto& slot = by_id_[s->peer().id];
+  if (auto old = slot.lock(); old && !old->closed() && !old->retiring()) {
+    // Two sessions with one peer: both dialed at once. Both sides keep the one dialed by the
+    // smaller node id (the same choice on each side, so new traffic converges on one
+    // connection) and let the other close once nothing is in flight on it.
+    const auto dialer = [&](const SessionPtr& x) {
+      return x->peer().inbound ? x->peer().id : id();
+    };
+    const NodeId lower = std::min(id(), s->peer().id);
+    const bool keep_new = dialer(s) == lower && dialer(old) != lower;
+    (keep_new ? old : s)->retire(opts_.duplicate_grace);
+    if (keep_new) slot = s;
+    ++counters_.duplicate_sessions;
+    spdlog::debug("transport: second session with {}; keeping the one dialed by {}",
+                  short_id(s->peer().id), short_id(lower));
+  } else {
+    slot = s;
+  }
   spdlog::debug("transport: session with {} ({}, {}, {})", short_id(s->peer().id),
                 s->peer().address, s->peer().inbound ? "inbound" : "outbound", s->peer().suite);
   s->start();
@@ -202,6 +219,8 @@ void Host::with_session(const PeerRef& to, Clock::time_point deadline,
                      }
                      ++self->counters_.handshakes_ok;
                      auto s = self->add_session(std::move(*r));
+                     // When the new session is a duplicate, the one kept serves this address.
+                     if (auto kept = self->by_id_[s->peer().id].lock()) s = kept;
                      self->by_addr_[addr] = s;
                      for (auto& cb : ws) cb(s);
                    });
@@ -336,7 +355,10 @@ void Host::on_session_closed(Session& s, std::error_code ec) {
     by_id_.erase(it);
     // Another live session to the same peer takes over.
     for (auto& o : sessions_)
-      if (o->peer().id == s.peer().id && !o->closed()) by_id_[o->peer().id] = o;
+      if (o->peer().id == s.peer().id && !o->closed()) {
+        by_id_[o->peer().id] = o;
+        if (!o->retiring()) break;
+      }
   }
   std::erase_if(by_addr_, [&](auto& kv) {
     auto p = kv.second.lock();

@@ -45,6 +45,9 @@ struct HostOptions {
   std::size_t max_half_open = 32;
   Duration handshake_timeout{10000};
   Duration connect_timeout{10000};
+  /// A second session with a peer (both dialed at once) closes after this long with nothing in
+  /// flight on it; the other one carries all new traffic.
+  Duration duplicate_grace{2000};
   LinkLimits link;
   SessionOptions session;
   std::shared_ptr<FaultPlan> faults;        ///< test knob: wrap every link in a FaultyLink
@@ -56,6 +59,7 @@ struct HostStats {
   std::size_t half_open = 0;
   std::uint64_t bytes_sent = 0, bytes_received = 0;
   std::uint64_t handshakes_ok = 0, dials_failed = 0;
+  std::uint64_t duplicate_sessions = 0;  ///< second sessions with a peer (simultaneous dials)
 };
 
 class Host;

@@ -556,6 +556,7 @@ void Session::finish_in(std::uint64_t id, std::error_code ec) {
 
 void Session::arm_tick() {
   Duration period = std::min({opts_.keepalive, opts_.stream_timeout / 4, opts_.dead_after / 4});
+  if (retiring_) period = std::min(period, retire_grace_ / 2);
   period = std::max(period, Duration(10));
   tick_timer_.expires_after(period);
   tick_timer_.async_wait([w = weak_from_this()](boost::system::error_code ec) {
@@ -583,7 +584,14 @@ void Session::tick() {
     if (s.granted > s.received && now - s.progress > opts_.stream_timeout) stalled_in.push_back(id);
   for (auto id : stalled_out) abandon(id, true);
   for (auto id : stalled_in) abandon(id, false);
-  if (!busy() && !closing_ && now - last_activity_ > opts_.idle_timeout) close();
+  const Duration idle = retiring_ ? retire_grace_ : opts_.idle_timeout;
+  if (!busy() && !closing_ && now - last_activity_ > idle) close();
+}
+
+void Session::retire(Duration grace) {
+  retiring_ = true;
+  retire_grace_ = grace;
+  if (!closed_) arm_tick();  // re-arm at the shorter period (replaces the pending wait)
 }
 
 void Session::abandon(std::uint64_t id, bool outgoing) {

@@ -226,6 +226,10 @@ class Session final : public LinkHandler, public std::enable_shared_from_this<Se
   void close(std::error_code reason = {});
   /// Abrupt close (no goodbye).
   void abort(std::error_code reason);
+  /// Marks a duplicate session (Host keeps another one to the same peer): it closes gracefully
+  /// once it has had no requests or streams for `grace`, instead of idle_timeout.
+  void retire(Duration grace);
+  bool retiring() const noexcept { return retiring_; }
   bool busy() const;
 
   // LinkHandler
@@ -303,6 +307,8 @@ class Session final : public LinkHandler, public std::enable_shared_from_this<Se
   bool goodbye_received_ = false;
   bool closing_ = false;
   bool closed_ = false;
+  bool retiring_ = false;
+  Duration retire_grace_{0};
 };
 
 }  // namespace grove::transport

@@ -152,6 +152,47 @@ TEST(Host, ShutdownFailsPendingWorkAndRefusesNew) {
   run_on(b->executor(), [&] { held.reset(); });
 }
 
+// Two hosts that dial each other at the same moment get two sessions; both keep the one dialed
+// by the smaller id, traffic flows throughout, and the other session closes once idle.
+TEST(Host, SimultaneousDialsConvergeOnOneSession) {
+  int duplicates = 0;
+  for (int attempt = 0; attempt < 20 && duplicates == 0; ++attempt) {
+    World w;
+    HostOptions o;
+    o.duplicate_grace = 200ms;
+    auto a = w.host(o), b = w.host(o);
+    add_echo(a);
+    add_echo(b);
+    w.start(a);
+    w.start(b);
+    std::promise<Result<PeerInfo>> pa, pb;
+    a->connect(PeerRef::node(b->id(), b->address()), [&](Result<PeerInfo> r) { pa.set_value(r); });
+    b->connect(PeerRef::node(a->id(), a->address()), [&](Result<PeerInfo> r) { pb.set_value(r); });
+    auto fa = pa.get_future(), fb = pb.get_future();
+    auto ra = await(fa, 10s), rb = await(fb, 10s);
+    ASSERT_TRUE(ra && *ra) << "a could not connect";
+    ASSERT_TRUE(rb && *rb) << "b could not connect";
+    const auto dup_a = run_on(a->executor(), [&] { return a->stats().duplicate_sessions; });
+    const auto dup_b = run_on(b->executor(), [&] { return b->stats().duplicate_sessions; });
+    if (dup_a + dup_b == 0) continue;  // one dial won the race: nothing to converge
+    ++duplicates;
+    // Requests keep working both ways while the duplicate winds down, and after.
+    for (int i = 0; i < 5; ++i) {
+      ASSERT_TRUE(call(a, PeerRef::node(b->id(), b->address()), "echo", "x"));
+      ASSERT_TRUE(call(b, PeerRef::node(a->id(), a->address()), "echo", "y"));
+    }
+    EXPECT_TRUE(eventually(
+        a->executor(), [&] { return a->stats().sessions == 1; }, 15s));
+    EXPECT_TRUE(eventually(
+        b->executor(), [&] { return b->stats().sessions == 1; }, 15s));
+    ASSERT_TRUE(call(a, PeerRef::node(b->id(), b->address()), "echo", "x"));
+    ASSERT_TRUE(call(b, PeerRef::node(a->id(), a->address()), "echo", "y"));
+    EXPECT_EQ(run_on(a->executor(), [&] { return a->stats().sessions; }), 1u);
+    EXPECT_EQ(run_on(b->executor(), [&] { return b->stats().sessions; }), 1u);
+  }
+  EXPECT_GT(duplicates, 0) << "simultaneous dials never produced two sessions in 20 tries";
+}
+
 TEST(Host, ManyPeersConcurrently) {
   World w;
   auto server = w.host();
