@@ -1,0 +1,203 @@
+#include "node/checkpoint.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "transport/crypto.hpp"
+
+namespace grove::node {
+
+namespace {
+constexpr char kMagic[8] = {'G', 'R', 'V', 'C', 'K', 'P', 'T', '1'};
+constexpr std::uint32_t kConf = 0x636f6e66;  // "conf"
+constexpr std::uint32_t kMeta = 0x6d657461;  // "meta"
+constexpr std::uint32_t kOutr = 0x6f757472;  // "outr"
+constexpr std::uint32_t kWork = 0x776f726b;  // "work"
+constexpr std::size_t kHash = 32;
+
+void put_le(std::vector<std::uint8_t>& b, std::uint64_t v, int bytes) {
+  for (int i = 0; i < bytes; ++i) b.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
+}
+std::uint64_t get_le(const std::uint8_t* p, int bytes) {
+  std::uint64_t v = 0;
+  for (int i = bytes - 1; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+void section(std::vector<std::uint8_t>& b, std::uint32_t tag, std::span<const std::uint8_t> data) {
+  put_le(b, tag, 4);
+  put_le(b, data.size(), 8);
+  b.insert(b.end(), data.begin(), data.end());
+}
+
+std::error_code last_error() {
+  return {errno, std::generic_category()};
+}
+
+void fsync_dir(const std::filesystem::path& dir) {
+  const int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+}
+}  // namespace
+
+std::vector<std::uint8_t> encode_checkpoint(const Checkpoint& c) {
+  std::vector<std::uint8_t> b(kMagic, kMagic + 8);
+  section(b, kConf,
+          {reinterpret_cast<const std::uint8_t*>(c.config_text.data()), c.config_text.size()});
+  std::vector<std::uint8_t> meta;
+  put_le(meta, c.step, 8);
+  put_le(meta, c.round, 8);
+  put_le(meta, c.tokens, 8);
+  section(b, kMeta, meta);
+  section(b, kOutr, optim::serialize(c.outer));
+  section(b, kWork, c.workload);
+  const auto h = transport::blake2b_256(b);
+  b.insert(b.end(), h.begin(), h.end());
+  return b;
+}
+
+std::optional<Checkpoint> decode_checkpoint(std::span<const std::uint8_t> bytes, std::string* why,
+                                            std::size_t max_values) {
+  const auto bad = [&](const char* w) -> std::optional<Checkpoint> {
+    if (why) *why = w;
+    return std::nullopt;
+  };
+  if (bytes.size() < 8 + kHash || std::memcmp(bytes.data(), kMagic, 8) != 0)
+    return bad("not a grove checkpoint");
+  const auto body = bytes.first(bytes.size() - kHash);
+  const auto h = transport::blake2b_256(body);
+  if (std::memcmp(h.data(), bytes.data() + body.size(), kHash) != 0)
+    return bad("checksum mismatch (damaged or incomplete file)");
+  Checkpoint c;
+  bool conf = false, meta = false, outr = false, work = false;
+  for (std::size_t at = 8; at < body.size();) {
+    if (body.size() - at < 12) return bad("truncated section header");
+    const auto tag = static_cast<std::uint32_t>(get_le(body.data() + at, 4));
+    const auto len = get_le(body.data() + at + 4, 8);
+    at += 12;
+    if (len > body.size() - at) return bad("section longer than the file");
+    const auto data = body.subspan(at, static_cast<std::size_t>(len));
+    at += static_cast<std::size_t>(len);
+    if (tag == kConf && !conf) {
+      c.config_text.assign(reinterpret_cast<const char*>(data.data()), data.size());
+      conf = true;
+    } else if (tag == kMeta && !meta) {
+      if (data.size() != 24) return bad("bad counters section");
+      c.step = get_le(data.data(), 8);
+      c.round = get_le(data.data() + 8, 8);
+      c.tokens = get_le(data.data() + 16, 8);
+      meta = true;
+    } else if (tag == kOutr && !outr) {
+      auto o = optim::deserialize(data, max_values);
+      if (!o) return bad("bad outer state");
+      c.outer = std::move(*o);
+      outr = true;
+    } else if (tag == kWork && !work) {
+      c.workload.assign(data.begin(), data.end());
+      work = true;
+    } else {
+      return bad("unknown or repeated section");
+    }
+  }
+  if (!(conf && meta && outr && work)) return bad("a section is missing");
+  return c;
+}
+
+std::error_code write_file_atomically(const std::filesystem::path& path,
+                                      std::span<const std::uint8_t> data) {
+  auto tmp = path;
+  tmp += ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return last_error();
+  std::size_t off = 0;
+  while (off < data.size()) {
+    const ssize_t n = ::write(fd, data.data() + off, data.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const auto ec = n < 0 ? last_error() : std::make_error_code(std::errc::io_error);
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      return ec;
+    }
+    off += static_cast<std::size_t>(n);
+  }
+  if (::fsync(fd) != 0) {
+    const auto ec = last_error();
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    return ec;
+  }
+  ::close(fd);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const auto ec = last_error();
+    ::unlink(tmp.c_str());
+    return ec;
+  }
+  fsync_dir(path.parent_path());
+  return {};
+}
+
+std::error_code save_checkpoint(const std::filesystem::path& dir, const Checkpoint& c) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return ec;
+  const auto bytes = encode_checkpoint(c);
+  const auto cur = dir / "checkpoint.bin", prev = dir / "checkpoint.prev";
+  // Write the new file first (under a temporary name), then move the old one aside and the new
+  // one in: at every instant one complete checkpoint exists under one of the two names.
+  auto next = dir / "checkpoint.next";
+  if ((ec = write_file_atomically(next, bytes))) return ec;
+  if (std::filesystem::exists(cur) && ::rename(cur.c_str(), prev.c_str()) != 0) return last_error();
+  if (::rename(next.c_str(), cur.c_str()) != 0) return last_error();
+  fsync_dir(dir);
+  return {};
+}
+
+std::optional<Checkpoint> load_latest(const std::filesystem::path& dir, std::string* why,
+                                      std::uint64_t max_bytes) {
+  std::string problems;
+  // checkpoint.next exists only between its (atomic) creation and the final rename: then it is
+  // the newest complete one.
+  for (const char* name : {"checkpoint.next", "checkpoint.bin", "checkpoint.prev"}) {
+    const auto p = dir / name;
+    const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || st.st_size < 0 ||
+        static_cast<std::uint64_t>(st.st_size) > max_bytes) {
+      ::close(fd);
+      problems += std::string(problems.empty() ? "" : "; ") + name + ": too large or unreadable";
+      continue;
+    }
+    std::vector<std::uint8_t> bytes(static_cast<std::size_t>(st.st_size));
+    std::size_t off = 0;
+    bool ok = true;
+    while (off < bytes.size()) {
+      const ssize_t n = ::read(fd, bytes.data() + off, bytes.size() - off);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        ok = false;
+        break;
+      }
+      off += static_cast<std::size_t>(n);
+    }
+    ::close(fd);
+    std::string w;
+    auto c = ok ? decode_checkpoint(bytes, &w) : std::nullopt;
+    if (c) {
+      if (why) *why = problems;
+      return c;
+    }
+    problems += std::string(problems.empty() ? "" : "; ") + name + ": " + (ok ? w : "read failed");
+  }
+  if (why) *why = problems;
+  return std::nullopt;
+}
+
+}  // namespace grove::node

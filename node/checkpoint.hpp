@@ -1,0 +1,54 @@
+// Checkpoints: everything a node needs to resume after a crash or a restart, written atomically.
+//
+// File: "GRVCKPT1", then sections (u32 tag, u64 length, bytes), then the BLAKE2b-256 of
+// everything before it. Sections: the run config text, the node's counters (inner step, round,
+// tokens), the outer state (optim's checksummed form) and the workload's own blob (inner weights
+// θ and the inner optimiser's state). Loading checks the magic, every length against the file and
+// against `max_bytes`, and the hash, before anything is parsed.
+//
+// Writing: the new checkpoint is first written atomically as `checkpoint.next` (temporary file,
+// fsync, rename, fsync of the directory); then `checkpoint.bin` is renamed to `checkpoint.prev`
+// and `checkpoint.next` to `checkpoint.bin`. A kill at any instant leaves at least one complete
+// checkpoint; load_latest() tries next, bin, prev in that order (newest first) and skips
+// damaged files and temporaries.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "optim/outer.hpp"
+
+namespace grove::node {
+
+struct Checkpoint {
+  std::string config_text;  ///< RunConfig::to_text() of the run
+  std::uint64_t step = 0;   ///< inner steps done by this node
+  std::uint64_t round = 0;  ///< outer rounds done (== outer.round)
+  std::uint64_t tokens = 0;
+  optim::OuterState outer;
+  std::vector<std::uint8_t> workload;  ///< Workload::save()
+  friend bool operator==(const Checkpoint&, const Checkpoint&) = default;
+};
+
+std::vector<std::uint8_t> encode_checkpoint(const Checkpoint& c);
+/// Parses a checkpoint file's bytes; `why` says what is wrong.
+std::optional<Checkpoint> decode_checkpoint(std::span<const std::uint8_t> bytes, std::string* why,
+                                            std::size_t max_values = std::size_t{1} << 31);
+
+/// Writes `c` into `dir` atomically (see above). Returns the error, if any (logged by the caller:
+/// a failed checkpoint is not fatal, the previous one stays).
+std::error_code save_checkpoint(const std::filesystem::path& dir, const Checkpoint& c);
+/// The newest complete checkpoint in `dir` (checkpoint.bin, else checkpoint.prev); nullopt when
+/// there is none. A damaged file is reported in `why` and skipped.
+std::optional<Checkpoint> load_latest(const std::filesystem::path& dir, std::string* why,
+                                      std::uint64_t max_bytes = std::uint64_t{64} << 30);
+
+/// Writes `data` to `path` atomically: temporary file, fsync, rename, fsync of the directory.
+std::error_code write_file_atomically(const std::filesystem::path& path,
+                                      std::span<const std::uint8_t> data);
+
+}  // namespace grove::node

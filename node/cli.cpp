@@ -1,0 +1,303 @@
+#include "node/cli.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <map>
+
+namespace grove::node {
+
+namespace {
+
+std::uint64_t parse_whole(const std::string& opt, const std::string& v, std::uint64_t lo,
+                          std::uint64_t hi) {
+  std::uint64_t x = 0;
+  const auto r = std::from_chars(v.data(), v.data() + v.size(), x);
+  if (v.empty() || r.ec != std::errc() || r.ptr != v.data() + v.size() || x < lo || x > hi)
+    throw CliError(opt + ": expected a whole number from " + std::to_string(lo) + " to " +
+                   std::to_string(hi) + ", got '" + v + "'");
+  return x;
+}
+
+float parse_number(const std::string& opt, const std::string& v, double lo, double hi) {
+  float x = 0;
+  const auto r = std::from_chars(v.data(), v.data() + v.size(), x);
+  if (v.empty() || r.ec != std::errc() || r.ptr != v.data() + v.size() || !std::isfinite(x) ||
+      x < lo || x > hi) {
+    char b[96];
+    std::snprintf(b, sizeof b, "expected a number from %g to %g", lo, hi);
+    throw CliError(opt + ": " + b + ", got '" + v + "'");
+  }
+  return x;
+}
+
+void check_host_port(const std::string& opt, const std::string& v) {
+  const auto colon = v.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == v.size())
+    throw CliError(opt + ": expected HOST:PORT, got '" + v + "'");
+  parse_whole(opt + " (port)", v.substr(colon + 1), 0, 65535);
+}
+
+// Run config options: name → how to apply the value.
+using Setter = std::function<void(RunConfig&, const std::string& opt, const std::string& v)>;
+const std::map<std::string, Setter>& config_options() {
+  static const std::map<std::string, Setter> m = {
+      {"--workload",
+       [](RunConfig& c, const std::string& o, const std::string& v) {
+         auto w = parse_workload(v);
+         if (!w) throw CliError(o + ": expected gpt or mlp, got '" + v + "'");
+         c.workload = *w;
+       }},
+      {"--model-size",
+       [](RunConfig& c, const std::string& o, const std::string& v) {
+         if (v.empty() || v.size() > 32 ||
+             v.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_") != std::string::npos)
+           throw CliError(o + ": expected a preset name such as tiny, small or base, got '" + v +
+                          "'");
+         c.model = v;
+       }},
+      {"--seed", [](RunConfig& c, const std::string& o,
+                    const std::string& v) { c.seed = parse_whole(o, v, 0, UINT64_MAX); }},
+      {"--inner-steps",
+       [](RunConfig& c, const std::string& o, const std::string& v) {
+         c.inner_steps = static_cast<std::uint32_t>(parse_whole(o, v, 1, 1'000'000));
+       }},
+      {"--batch",
+       [](RunConfig& c, const std::string& o, const std::string& v) {
+         c.batch = static_cast<std::uint32_t>(parse_whole(o, v, 1, 4096));
+       }},
+      {"--seq-len",
+       [](RunConfig& c, const std::string& o, const std::string& v) {
+         c.seq_len = static_cast<std::uint32_t>(parse_whole(o, v, 2, 8192));
+       }},
+      {"--lr", [](RunConfig& c, const std::string& o,
+                  const std::string& v) { c.lr = parse_number(o, v, 1e-9, 1); }},
+      {"--warmup",
+       [](RunConfig& c, const std::string& o, const std::string& v) {
+         c.warmup = static_cast<std::uint32_t>(parse_whole(o, v, 0, 1'000'000'000));
+       }},
+      {"--schedule-steps",
+       [](RunConfig& c, const std::string& o, const std::string& v) {
+         c.schedule_steps = static_cast<std::uint32_t>(parse_whole(o, v, 1, 1'000'000'000));
+       }},
+      {"--weight-decay", [](RunConfig& c, const std::string& o,
+                            const std::string& v) { c.weight_decay = parse_number(o, v, 0, 1); }},
+      {"--clip", [](RunConfig& c, const std::string& o,
+                    const std::string& v) { c.clip = parse_number(o, v, 0, 1e6); }},
+      {"--outer",
+       [](RunConfig& c, const std::string& o, const std::string& v) {
+         auto k = parse_outer(v);
+         if (!k) throw CliError(o + ": expected noloco or diloco, got '" + v + "'");
+         c.outer = *k;
+       }},
+      {"--outer-lr", [](RunConfig& c, const std::string& o,
+                        const std::string& v) { c.outer_lr = parse_number(o, v, 1e-6, 10); }},
+      {"--outer-momentum",
+       [](RunConfig& c, const std::string& o, const std::string& v) {
+         c.outer_momentum = parse_number(o, v, 0, 0.999);
+       }},
+      {"--noloco-alpha",
+       [](RunConfig& c, const std::string& o, const std::string& v) {
+         c.noloco_alpha = parse_number(o, v, 0, 0.999);
+       }},
+      {"--noloco-beta", [](RunConfig& c, const std::string& o,
+                           const std::string& v) { c.noloco_beta = parse_number(o, v, 1e-6, 2); }},
+      {"--noloco-gamma", [](RunConfig& c, const std::string& o,
+                            const std::string& v) { c.noloco_gamma = parse_number(o, v, 0, 2); }},
+      {"--codec",
+       [](RunConfig& c, const std::string& o, const std::string& v) {
+         auto k = parse_codec(v);
+         if (!k) throw CliError(o + ": expected fp16, bf16, fp32 or e3m0, got '" + v + "'");
+         c.codec = *k;
+       }},
+      {"--eval-every",
+       [](RunConfig& c, const std::string& o, const std::string& v) {
+         c.eval_every = static_cast<std::uint32_t>(parse_whole(o, v, 1, 1'000'000));
+       }},
+      {"--eval-batches",
+       [](RunConfig& c, const std::string& o, const std::string& v) {
+         c.eval_batches = static_cast<std::uint32_t>(parse_whole(o, v, 1, 10'000));
+       }},
+  };
+  return m;
+}
+
+}  // namespace
+
+std::string usage() {
+  return R"(grove-node: peer-to-peer training without a coordinator
+
+Usage:
+  grove-node --bootstrap [options]     start a new swarm (creates the run), then train
+  grove-node [--peer HOST:PORT]...     join a swarm (LAN discovery when no --peer), then train
+  grove-node status [--json] [--peer HOST:PORT]
+                                       the swarm's members: step, loss, throughput, last sync
+                                       and partner, bytes, round times, status (from the local
+                                       node, or from the member given with --peer)
+  grove-node request diloco|noloco [--from-round R] [--peer HOST:PORT]
+                                       ask the swarm to switch its outer mode from round R on
+                                       (default: the earliest round every member can still meet)
+  grove-node --help | --version
+
+Node options (any node):
+  --peer HOST:PORT        a member to join through (repeatable)
+  --listen HOST:PORT      address to listen on (default 0.0.0.0:0, a free port)
+  --state-dir DIR         identity key, checkpoints, local control address
+                          (default $XDG_DATA_HOME/grove-node or ~/.local/share/grove-node)
+  --swarm-key-file FILE   64 hex digits shared by the swarm; with --bootstrap a missing file is
+                          created with a new key. Without the key nothing can be read or joined.
+  --run NAME              the run to join when the swarm has several
+  --data FILE...          text files to train on (this node's own data; each node draws its own
+                          random windows). Needs a run bootstrapped with --data.
+  --overlap               exchange in the background while the next inner steps run
+  --max-steps N           stop after N inner steps on this node
+  --metrics FILE          append one JSON object per event (JSON lines)
+  --threads N             compute threads (default: all)
+  --log-level LEVEL       trace, debug, info, warn, error or off (default info)
+  --no-progress           no live progress line
+
+Run config (only with --bootstrap; fixed for the run, joiners take it from the swarm):
+  --workload gpt|mlp      byte-level GPT language model (default) or a tiny MLP (for tests)
+  --model-size NAME       size preset: gpt tiny|small|base (default small), mlp tiny|small
+  --seed N                model initialisation, synthetic corpus, evaluation (default 1)
+  --inner-steps H         inner AdamW steps per outer round (default 50)
+  --batch N               sequences per inner step (default 16)
+  --seq-len N             tokens per sequence (default 128)
+  --lr X                  peak inner learning rate (default 0.001)
+  --warmup N              linear warm-up steps (default 100)
+  --schedule-steps N      cosine decay horizon in inner steps (default 20000)
+  --weight-decay X        AdamW weight decay (default 0.1)
+  --clip X                gradient-norm clip, 0 = off (default 1)
+  --outer noloco|diloco   outer optimiser (default noloco: random pairwise averaging)
+  --outer-lr X            DiLoCo Nesterov learning rate (default 0.7)
+  --outer-momentum X      DiLoCo Nesterov momentum (default 0.9)
+  --noloco-alpha X        NoLoCo momentum (default 0.5)
+  --noloco-beta X         NoLoCo step on the averaged pseudo-gradient (default 0.7)
+  --noloco-gamma X        NoLoCo pull toward the partners' slow weights (default 0.7)
+  --codec fp16|bf16|fp32|e3m0
+                          what goes on the wire (default fp16; DiLoCo sums partial results and
+                          uses fp16 where e3m0 is chosen)
+  --eval-every N          inner steps between evaluations (default 100)
+  --eval-batches N        held-out batches per evaluation (default 8)
+
+Exit status: 0 on a clean stop (Ctrl-C, SIGTERM, --max-steps), 2 for bad arguments,
+1 for other errors.
+)";
+}
+
+std::string default_state_dir() {
+  if (const char* x = std::getenv("XDG_DATA_HOME"); x && *x) return std::string(x) + "/grove-node";
+  if (const char* h = std::getenv("HOME"); h && *h)
+    return std::string(h) + "/.local/share/grove-node";
+  return "grove-state";
+}
+
+CliOptions parse_cli(int argc, const char* const* argv) {
+  CliOptions o;
+  std::vector<std::string> args(argv + 1, argv + argc);
+  std::size_t i = 0;
+  if (i < args.size() && (args[i] == "status" || args[i] == "request")) {
+    o.command = args[i] == "status" ? Command::status : Command::request;
+    ++i;
+    if (o.command == Command::request) {
+      if (i >= args.size()) throw CliError("request: expected diloco or noloco");
+      auto k = parse_outer(args[i]);
+      if (!k) throw CliError("request: expected diloco or noloco, got '" + args[i] + "'");
+      o.request_mode = *k;
+      ++i;
+    }
+  }
+  const auto value = [&](const std::string& opt) -> std::string {
+    if (i + 1 >= args.size() || (args[i + 1].size() > 1 && args[i + 1].rfind("--", 0) == 0))
+      throw CliError(opt + ": missing value");
+    return args[++i];
+  };
+  const bool running = o.command == Command::run;
+  for (; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    const auto run_only = [&] {
+      if (!running) throw CliError(a + " is not an option of this command");
+    };
+    if (a == "--help" || a == "-h") {
+      o.command = Command::help;
+      return o;
+    } else if (a == "--version") {
+      o.command = Command::version;
+      return o;
+    } else if (a == "--peer") {
+      const auto v = value(a);
+      check_host_port(a, v);
+      o.peers.push_back(v);
+    } else if (a == "--json" && o.command == Command::status) {
+      o.json = true;
+    } else if (a == "--from-round" && o.command == Command::request) {
+      o.from_round = parse_whole(a, value(a), 0, UINT64_MAX / 2);
+    } else if (a == "--state-dir") {
+      o.state_dir = value(a);
+    } else if (a == "--log-level") {
+      o.log_level = value(a);
+      static const char* levels[] = {"trace", "debug", "info", "warn", "error", "off"};
+      if (std::find(std::begin(levels), std::end(levels), o.log_level) == std::end(levels))
+        throw CliError(a + ": expected trace, debug, info, warn, error or off, got '" +
+                       o.log_level + "'");
+    } else if (a == "--swarm-key-file") {
+      o.swarm_key_file = value(a);
+    } else if (a == "--bootstrap") {
+      run_only();
+      o.bootstrap = true;
+    } else if (a == "--listen") {
+      run_only();
+      o.listen = value(a);
+      check_host_port(a, o.listen);
+    } else if (a == "--run") {
+      run_only();
+      o.run = value(a);
+      if (!valid_run_name(*o.run))
+        throw CliError(a + ": expected a run name such as gpt-0123456789ab, got '" + *o.run + "'");
+    } else if (a == "--data") {
+      run_only();
+      o.data.push_back(value(a));
+      while (i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0) o.data.push_back(args[++i]);
+    } else if (a == "--overlap") {
+      run_only();
+      o.overlap = true;
+    } else if (a == "--max-steps") {
+      run_only();
+      o.max_steps = parse_whole(a, value(a), 1, UINT64_MAX / 2);
+    } else if (a == "--metrics") {
+      run_only();
+      o.metrics = value(a);
+    } else if (a == "--threads") {
+      run_only();
+      o.threads = static_cast<unsigned>(parse_whole(a, value(a), 1, 1024));
+    } else if (a == "--no-progress") {
+      run_only();
+      o.progress = false;
+    } else if (auto it = config_options().find(a); it != config_options().end()) {
+      run_only();
+      it->second(o.config, a, value(a));
+      o.set_keys.push_back(a);
+    } else if (a.rfind("-", 0) == 0) {
+      throw CliError("unknown option " + a);
+    } else {
+      throw CliError("unexpected argument '" + a + "'");
+    }
+  }
+  if (running) {
+    if (!o.set_keys.empty() && !o.bootstrap)
+      throw CliError(o.set_keys.front() +
+                     " is part of the run config: set it with --bootstrap (a joiner takes the "
+                     "config from the swarm)");
+    if (o.bootstrap && o.run) throw CliError("--run names a run to join; --bootstrap creates one");
+    if (o.bootstrap && !o.data.empty()) o.config.data = DataKind::files;
+    if (o.config.warmup > o.config.schedule_steps)
+      throw CliError("--warmup must not exceed --schedule-steps");
+  }
+  return o;
+}
+
+}  // namespace grove::node

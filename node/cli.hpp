@@ -1,0 +1,61 @@
+// The grove-node command line: parsing and help. Pure (no I/O besides what main prints), so every
+// rule is unit-tested. Bad input throws CliError with a message meant for the user; main prints
+// it with a pointer to --help and exits 2.
+//
+//   grove-node --bootstrap [run config options] [node options]   start a swarm and train
+//   grove-node [--peer HOST:PORT ...] [node options]             join (LAN discovery without
+//   --peer) grove-node status [--json] [--peer HOST:PORT]                the swarm's members
+//   grove-node request diloco|noloco [--from-round R] [--peer HOST:PORT]
+//
+// Run config options (workload, sizes, hyperparameters, outer mode, codec) are fixed at
+// --bootstrap: a joiner takes them from the swarm and is refused if it sets them.
+#pragma once
+
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "node/config.hpp"
+
+namespace grove::node {
+
+class CliError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+enum class Command { run, status, request, help, version };
+
+struct CliOptions {
+  Command command = Command::run;
+  // run
+  bool bootstrap = false;
+  RunConfig config;                   ///< --bootstrap: the run config (defaults + options)
+  std::vector<std::string> set_keys;  ///< run config options given (for the joiner's refusal)
+  std::vector<std::string> peers;     ///< HOST:PORT, in the order given
+  std::string listen = "0.0.0.0:0";
+  std::string state_dir;  ///< empty: default_state_dir()
+  std::optional<std::string> swarm_key_file;
+  std::optional<std::string> run;  ///< join this run (when the swarm has several)
+  bool overlap = false;
+  std::vector<std::string> data;
+  std::optional<std::uint64_t> max_steps;
+  std::optional<std::string> metrics;
+  unsigned threads = 0;  ///< 0: all hardware threads
+  std::string log_level = "info";
+  bool progress = true;  ///< live progress line on a terminal
+  // status / request
+  bool json = false;
+  OuterKind request_mode = OuterKind::diloco;
+  std::optional<std::uint64_t> from_round;
+};
+
+/// Parses argv (argv[0] is the program). Throws CliError.
+CliOptions parse_cli(int argc, const char* const* argv);
+/// The complete --help text.
+std::string usage();
+/// $XDG_DATA_HOME/grove-node, else $HOME/.local/share/grove-node, else ./grove-state.
+std::string default_state_dir();
+
+}  // namespace grove::node

@@ -1,0 +1,268 @@
+#include "node/config.hpp"
+
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <vector>
+
+#include "transport/crypto.hpp"
+
+namespace grove::node {
+
+namespace {
+constexpr std::string_view kMagic = "grove-run v1";
+
+std::string fmt_float(float v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.9g", static_cast<double>(v));  // round-trips a float exactly
+  return b;
+}
+
+bool parse_u64(std::string_view s, std::uint64_t& out) {
+  if (s.empty() || s.size() > 20 || (s.size() > 1 && s[0] == '0')) return false;
+  const auto r = std::from_chars(s.data(), s.data() + s.size(), out);
+  return r.ec == std::errc() && r.ptr == s.data() + s.size();
+}
+
+bool parse_float(std::string_view s, float& out) {
+  if (s.empty() || s.size() > 24) return false;
+  const auto r = std::from_chars(s.data(), s.data() + s.size(), out);
+  return r.ec == std::errc() && r.ptr == s.data() + s.size() && std::isfinite(out);
+}
+
+bool is_hex(std::string_view s) {
+  for (char c : s)
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  return true;
+}
+
+bool is_word(std::string_view s) {
+  if (s.empty() || s.size() > 32) return false;
+  for (char c : s)
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_')) return false;
+  return true;
+}
+
+// One field: its key, how it is printed, and how it is read back.
+struct Field {
+  std::string_view key;
+  std::function<std::string(const RunConfig&)> get;
+  std::function<bool(RunConfig&, std::string_view)> set;
+};
+
+template <class T>
+Field u32_field(std::string_view key, T RunConfig::*m) {
+  return {key, [m](const RunConfig& c) { return std::to_string(c.*m); },
+          [m](RunConfig& c, std::string_view v) {
+            std::uint64_t x = 0;
+            if (!parse_u64(v, x) || x > 0xffffffffu) return false;
+            c.*m = static_cast<T>(x);
+            return true;
+          }};
+}
+
+Field float_field(std::string_view key, float RunConfig::*m) {
+  return {key, [m](const RunConfig& c) { return fmt_float(c.*m); },
+          [m](RunConfig& c, std::string_view v) { return parse_float(v, c.*m); }};
+}
+
+const std::vector<Field>& fields() {
+  static const std::vector<Field> f = {
+      {"workload", [](const RunConfig& c) { return std::string(to_string(c.workload)); },
+       [](RunConfig& c, std::string_view v) {
+         auto w = parse_workload(v);
+         if (w) c.workload = *w;
+         return w.has_value();
+       }},
+      {"model", [](const RunConfig& c) { return c.model; },
+       [](RunConfig& c, std::string_view v) {
+         if (!is_word(v)) return false;
+         c.model = std::string(v);
+         return true;
+       }},
+      {"seed", [](const RunConfig& c) { return std::to_string(c.seed); },
+       [](RunConfig& c, std::string_view v) { return parse_u64(v, c.seed); }},
+      {"nonce", [](const RunConfig& c) { return c.nonce; },
+       [](RunConfig& c, std::string_view v) {
+         if (v.size() != 16 || !is_hex(v)) return false;
+         c.nonce = std::string(v);
+         return true;
+       }},
+      u32_field("inner_steps", &RunConfig::inner_steps),
+      u32_field("batch", &RunConfig::batch),
+      u32_field("seq_len", &RunConfig::seq_len),
+      float_field("lr", &RunConfig::lr),
+      u32_field("warmup", &RunConfig::warmup),
+      u32_field("schedule_steps", &RunConfig::schedule_steps),
+      float_field("lr_min_ratio", &RunConfig::lr_min_ratio),
+      float_field("weight_decay", &RunConfig::weight_decay),
+      float_field("beta1", &RunConfig::beta1),
+      float_field("beta2", &RunConfig::beta2),
+      float_field("clip", &RunConfig::clip),
+      {"outer", [](const RunConfig& c) { return std::string(to_string(c.outer)); },
+       [](RunConfig& c, std::string_view v) {
+         auto o = parse_outer(v);
+         if (o) c.outer = *o;
+         return o.has_value();
+       }},
+      float_field("outer_lr", &RunConfig::outer_lr),
+      float_field("outer_momentum", &RunConfig::outer_momentum),
+      float_field("noloco_alpha", &RunConfig::noloco_alpha),
+      float_field("noloco_beta", &RunConfig::noloco_beta),
+      float_field("noloco_gamma", &RunConfig::noloco_gamma),
+      {"codec", [](const RunConfig& c) { return std::string(to_string(c.codec)); },
+       [](RunConfig& c, std::string_view v) {
+         auto k = parse_codec(v);
+         if (k) c.codec = *k;
+         return k.has_value();
+       }},
+      {"data", [](const RunConfig& c) { return std::string(to_string(c.data)); },
+       [](RunConfig& c, std::string_view v) {
+         if (v == "synthetic")
+           c.data = DataKind::synthetic;
+         else if (v == "files")
+           c.data = DataKind::files;
+         else
+           return false;
+         return true;
+       }},
+      u32_field("eval_every", &RunConfig::eval_every),
+      u32_field("eval_batches", &RunConfig::eval_batches),
+  };
+  return f;
+}
+
+transport::Result<RunConfig> bad(std::string* why, std::string what) {
+  if (why) *why = std::move(what);
+  return transport::make_error_code(transport::errc::malformed);
+}
+}  // namespace
+
+const char* to_string(Workload w) {
+  return w == Workload::gpt ? "gpt" : "mlp";
+}
+const char* to_string(OuterKind o) {
+  return o == OuterKind::noloco ? "noloco" : "diloco";
+}
+const char* to_string(Codec c) {
+  switch (c) {
+    case Codec::fp16:
+      return "fp16";
+    case Codec::bf16:
+      return "bf16";
+    case Codec::fp32:
+      return "fp32";
+    case Codec::e3m0:
+      return "e3m0";
+  }
+  return "?";
+}
+const char* to_string(DataKind d) {
+  return d == DataKind::synthetic ? "synthetic" : "files";
+}
+std::optional<Workload> parse_workload(std::string_view s) {
+  if (s == "gpt") return Workload::gpt;
+  if (s == "mlp") return Workload::mlp;
+  return std::nullopt;
+}
+std::optional<OuterKind> parse_outer(std::string_view s) {
+  if (s == "noloco") return OuterKind::noloco;
+  if (s == "diloco") return OuterKind::diloco;
+  return std::nullopt;
+}
+std::optional<Codec> parse_codec(std::string_view s) {
+  if (s == "fp16") return Codec::fp16;
+  if (s == "bf16") return Codec::bf16;
+  if (s == "fp32") return Codec::fp32;
+  if (s == "e3m0") return Codec::e3m0;
+  return std::nullopt;
+}
+
+std::string RunConfig::to_text() const {
+  std::string t(kMagic);
+  t += '\n';
+  for (const auto& f : fields()) {
+    t += f.key;
+    t += ' ';
+    t += f.get(*this);
+    t += '\n';
+  }
+  return t;
+}
+
+std::string RunConfig::hash_hex() const {
+  const std::string t = to_text();
+  const auto h =
+      transport::blake2b_256({reinterpret_cast<const std::uint8_t*>(t.data()), t.size()});
+  return transport::to_hex(h);
+}
+
+std::string RunConfig::run_name() const {
+  return std::string(to_string(workload)) + "-" + hash_hex().substr(0, 12);
+}
+
+std::string RunConfig::check() const {
+  const auto in = [](double v, double lo, double hi) { return v >= lo && v <= hi; };
+  if (!is_word(model)) return "model: a preset name (letters, digits, _)";
+  if (nonce.size() != 16 || !is_hex(nonce)) return "nonce: 16 lowercase hex digits";
+  if (!in(inner_steps, 1, 1'000'000)) return "inner steps: 1 to 1000000";
+  if (!in(batch, 1, 4096)) return "batch: 1 to 4096";
+  if (!in(seq_len, 2, 8192)) return "seq_len: 2 to 8192";
+  if (!(lr > 0 && lr <= 1)) return "lr: above 0, at most 1";
+  if (warmup > schedule_steps) return "warmup: at most schedule_steps";
+  if (!in(schedule_steps, 1, 1'000'000'000)) return "schedule_steps: 1 to 1e9";
+  if (!in(lr_min_ratio, 0, 1)) return "lr_min_ratio: 0 to 1";
+  if (!in(weight_decay, 0, 1)) return "weight decay: 0 to 1";
+  if (!(beta1 >= 0 && beta1 < 1) || !(beta2 >= 0 && beta2 < 1)) return "betas: in [0, 1)";
+  if (!in(clip, 0, 1e6)) return "clip: 0 (off) to 1e6";
+  if (!(outer_lr > 0 && outer_lr <= 10)) return "outer lr: above 0, at most 10";
+  if (!in(outer_momentum, 0, 0.999)) return "outer momentum: 0 to 0.999";
+  if (!in(noloco_alpha, 0, 0.999)) return "noloco alpha: 0 to 0.999";
+  if (!(noloco_beta > 0 && noloco_beta <= 2)) return "noloco beta: above 0, at most 2";
+  if (!in(noloco_gamma, 0, 2)) return "noloco gamma: 0 to 2";
+  if (!in(eval_every, 1, 1'000'000)) return "eval every: 1 to 1000000";
+  if (!in(eval_batches, 1, 10'000)) return "eval batches: 1 to 10000";
+  return {};
+}
+
+transport::Result<RunConfig> parse_run_config(std::string_view text, std::string* why) {
+  if (text.size() > kMaxConfigText)
+    return bad(why, "config text is " + std::to_string(text.size()) + " bytes (at most " +
+                        std::to_string(kMaxConfigText) + ")");
+  std::vector<std::string_view> lines;
+  for (std::size_t at = 0; at < text.size();) {
+    const auto nl = text.find('\n', at);
+    if (nl == std::string_view::npos) return bad(why, "config text does not end with a newline");
+    lines.push_back(text.substr(at, nl - at));
+    at = nl + 1;
+  }
+  const auto& fs = fields();
+  if (lines.empty() || lines[0] != kMagic) return bad(why, "not a grove-run v1 config");
+  if (lines.size() != fs.size() + 1)
+    return bad(why, "config has " + std::to_string(lines.size() - 1) + " fields, expected " +
+                        std::to_string(fs.size()));
+  RunConfig c;
+  for (std::size_t i = 0; i < fs.size(); ++i) {
+    const auto line = lines[i + 1];
+    const auto sp = line.find(' ');
+    if (sp == std::string_view::npos || line.substr(0, sp) != fs[i].key)
+      return bad(why, "line " + std::to_string(i + 2) + ": expected field '" +
+                          std::string(fs[i].key) + "'");
+    if (!fs[i].set(c, line.substr(sp + 1)))
+      return bad(why, "line " + std::to_string(i + 2) + ": bad value for '" +
+                          std::string(fs[i].key) + "'");
+  }
+  if (auto e = c.check(); !e.empty()) return bad(why, e);
+  if (c.to_text() != text) return bad(why, "config text is not in canonical form");
+  return c;
+}
+
+bool valid_run_name(std::string_view name) {
+  const auto dash = name.find('-');
+  if (dash == std::string_view::npos || !parse_workload(name.substr(0, dash))) return false;
+  const auto h = name.substr(dash + 1);
+  return h.size() == 12 && is_hex(h);
+}
+
+}  // namespace grove::node

@@ -1,0 +1,81 @@
+// RunConfig: what every member of a run must agree on, fixed at --bootstrap and never changed.
+// It travels as a canonical text (one "key value" line per field, in a fixed order, after the
+// line "grove-run v1"); the run's name is the workload followed by the first 12 hex digits of
+// the BLAKE2b-256 of that text, so a joiner that reads the config from the DHT checks it against
+// the name it joins (content addressing). The text names a workload and its numbers only: no
+// code ever comes from a peer.
+//
+// Parsing is strict and bounded: at most kMaxConfigText bytes, only known keys, each exactly
+// once, every value range-checked, and the text must be canonical (re-emitting it gives the same
+// bytes), so one config has exactly one name.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "transport/error.hpp"
+
+namespace grove::node {
+
+constexpr std::size_t kMaxConfigText = 4096;
+
+enum class Workload { gpt, mlp };
+enum class OuterKind { noloco, diloco };
+enum class Codec { fp16, bf16, fp32, e3m0 };
+enum class DataKind { synthetic, files };
+
+const char* to_string(Workload w);
+const char* to_string(OuterKind o);
+const char* to_string(Codec c);
+const char* to_string(DataKind d);
+std::optional<Workload> parse_workload(std::string_view s);
+std::optional<OuterKind> parse_outer(std::string_view s);
+std::optional<Codec> parse_codec(std::string_view s);
+
+struct RunConfig {
+  Workload workload = Workload::gpt;
+  std::string model = "small";  ///< a size preset of the workload (see workload.hpp)
+  std::uint64_t seed = 1;       ///< model initialisation, synthetic corpus, evaluation windows
+  std::string nonce = "0000000000000000";  ///< 16 hex digits drawn at bootstrap: runs differ
+  // Inner optimisation (AdamW, linear warm-up then cosine decay to lr_min_ratio × lr).
+  std::uint32_t inner_steps = 50;  ///< H: inner steps per outer round
+  std::uint32_t batch = 16;
+  std::uint32_t seq_len = 128;
+  float lr = 1e-3f;
+  std::uint32_t warmup = 100;
+  std::uint32_t schedule_steps = 20000;  ///< the cosine's horizon in inner steps
+  float lr_min_ratio = 0.1f;
+  float weight_decay = 0.1f;
+  float beta1 = 0.9f, beta2 = 0.95f;
+  float clip = 1.0f;  ///< gradient-norm clipping (0: off)
+  // Outer optimisation.
+  OuterKind outer = OuterKind::noloco;
+  float outer_lr = 0.7f;        ///< DiLoCo's Nesterov learning rate
+  float outer_momentum = 0.9f;  ///< DiLoCo's Nesterov momentum
+  float noloco_alpha = 0.5f, noloco_beta = 0.7f, noloco_gamma = 0.7f;
+  Codec codec = Codec::fp16;
+  // Data and evaluation.
+  DataKind data = DataKind::synthetic;
+  std::uint32_t eval_every = 100;  ///< inner steps between evaluations
+  std::uint32_t eval_batches = 8;
+
+  /// The canonical text (the bytes that are hashed and published).
+  std::string to_text() const;
+  /// BLAKE2b-256 of to_text(), as 64 hex digits.
+  std::string hash_hex() const;
+  /// "<workload>-<first 12 hex digits of the hash>".
+  std::string run_name() const;
+  /// Empty when every field is in range; otherwise what is wrong (for --bootstrap options).
+  std::string check() const;
+  friend bool operator==(const RunConfig&, const RunConfig&) = default;
+};
+
+/// Parses a canonical config text (see above); the error says which line is wrong.
+transport::Result<RunConfig> parse_run_config(std::string_view text, std::string* why = nullptr);
+
+/// True when `name` has the form of a run name (workload, '-', 12 lowercase hex digits).
+bool valid_run_name(std::string_view name);
+
+}  // namespace grove::node

@@ -1,0 +1,136 @@
+// Checkpoints: round trip, damage detection, and a kill at every step of a save leaving a
+// complete checkpoint behind.
+#include "node/checkpoint.hpp"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <random>
+
+#include <unistd.h>
+
+namespace grove::node {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    path = fs::temp_directory_path() / ("grove-ckpt-" + std::to_string(::getpid()) + "-" +
+                                        std::to_string(std::random_device{}()));
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+Checkpoint sample(std::uint64_t step) {
+  Checkpoint c;
+  c.config_text = "grove-run v1\nworkload mlp\n";
+  c.step = step;
+  c.round = step / 10;
+  c.tokens = step * 1000;
+  c.outer.round = c.round;
+  c.outer.phi = {1.0f, 2.0f, static_cast<float>(step)};
+  c.outer.momentum = {0.5f, 0.25f, 0.125f};
+  c.workload = {1, 2, 3, static_cast<std::uint8_t>(step)};
+  return c;
+}
+
+std::vector<std::uint8_t> read_all(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), {}};
+}
+
+void write_all(const fs::path& p, const std::vector<std::uint8_t>& b) {
+  std::ofstream f(p, std::ios::binary | std::ios::trunc);
+  f.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+}
+
+TEST(Checkpoint, EncodeDecodeRoundTrip) {
+  const auto c = sample(7);
+  std::string why;
+  auto back = decode_checkpoint(encode_checkpoint(c), &why);
+  ASSERT_TRUE(back) << why;
+  EXPECT_EQ(*back, c);
+}
+
+TEST(Checkpoint, EveryDamagedByteOrTruncationIsDetected) {
+  const auto bytes = encode_checkpoint(sample(3));
+  std::string why;
+  for (std::size_t i = 0; i < bytes.size(); ++i) {
+    auto b = bytes;
+    b[i] ^= 0x40;
+    EXPECT_FALSE(decode_checkpoint(b, &why)) << "byte " << i;
+  }
+  for (std::size_t n = 0; n < bytes.size(); ++n)
+    EXPECT_FALSE(decode_checkpoint(std::span(bytes).first(n), &why)) << "length " << n;
+}
+
+TEST(Checkpoint, SaveThenLoadTheNewest) {
+  TempDir d;
+  std::string why;
+  EXPECT_FALSE(load_latest(d.path, &why));
+  ASSERT_FALSE(save_checkpoint(d.path, sample(1)));
+  ASSERT_FALSE(save_checkpoint(d.path, sample(2)));
+  auto c = load_latest(d.path, &why);
+  ASSERT_TRUE(c) << why;
+  EXPECT_EQ(c->step, 2u);
+  EXPECT_TRUE(fs::exists(d.path / "checkpoint.prev"));
+}
+
+// A kill can stop a save after any of its steps; reproduce the files each state leaves and
+// check that the newest complete checkpoint loads.
+TEST(Checkpoint, AKillAtAnyStepOfASaveLeavesACompleteCheckpoint) {
+  const auto old_bytes = encode_checkpoint(sample(1)), new_bytes = encode_checkpoint(sample(2));
+  struct State {
+    const char* what;
+    bool bin_old, prev_old, next_new, bin_new, tmp_partial;
+    std::uint64_t expect;
+  };
+  const State states[] = {
+      {"temporary half written", true, false, false, false, true, 1},
+      {"next complete", true, false, true, false, false, 2},
+      {"bin moved to prev", false, true, true, false, false, 2},
+      {"next moved to bin", false, true, false, true, false, 2},
+  };
+  for (const auto& s : states) {
+    TempDir d;
+    if (s.bin_old) write_all(d.path / "checkpoint.bin", old_bytes);
+    if (s.prev_old) write_all(d.path / "checkpoint.prev", old_bytes);
+    if (s.next_new) write_all(d.path / "checkpoint.next", new_bytes);
+    if (s.bin_new) write_all(d.path / "checkpoint.bin", new_bytes);
+    if (s.tmp_partial)
+      write_all(d.path / "checkpoint.next.tmp.123",
+                std::vector<std::uint8_t>(new_bytes.begin(), new_bytes.begin() + 20));
+    std::string why;
+    auto c = load_latest(d.path, &why);
+    ASSERT_TRUE(c) << s.what << ": " << why;
+    EXPECT_EQ(c->step, s.expect) << s.what;
+  }
+}
+
+TEST(Checkpoint, ADamagedNewestFallsBackToThePrevious) {
+  TempDir d;
+  ASSERT_FALSE(save_checkpoint(d.path, sample(1)));
+  ASSERT_FALSE(save_checkpoint(d.path, sample(2)));
+  auto b = read_all(d.path / "checkpoint.bin");
+  b[b.size() / 2] ^= 1;
+  write_all(d.path / "checkpoint.bin", b);
+  std::string why;
+  auto c = load_latest(d.path, &why);
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->step, 1u);
+  EXPECT_NE(why.find("checkpoint.bin"), std::string::npos) << why;
+}
+
+TEST(Checkpoint, ATooLargeFileIsNotRead) {
+  TempDir d;
+  ASSERT_FALSE(save_checkpoint(d.path, sample(1)));
+  std::string why;
+  EXPECT_FALSE(load_latest(d.path, &why, 16));
+  EXPECT_NE(why.find("too large"), std::string::npos) << why;
+}
+
+}  // namespace
+}  // namespace grove::node

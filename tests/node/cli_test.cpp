@@ -1,0 +1,111 @@
+// The command line: every documented option parses; bad input gives a CliError naming the
+// option; run config options are refused on joiners.
+#include "node/cli.hpp"
+
+#include <gtest/gtest.h>
+
+namespace grove::node {
+namespace {
+
+CliOptions parse(std::vector<const char*> args) {
+  args.insert(args.begin(), "grove-node");
+  return parse_cli(static_cast<int>(args.size()), args.data());
+}
+
+std::string error_of(std::vector<const char*> args) {
+  try {
+    parse(std::move(args));
+  } catch (const CliError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Cli, BootstrapWithRunConfig) {
+  auto o = parse({"--bootstrap",   "--workload", "mlp",         "--model-size", "tiny",
+                  "--inner-steps", "20",         "--outer",     "diloco",       "--outer-lr",
+                  "0.5",           "--codec",    "bf16",        "--listen",     "127.0.0.1:7000",
+                  "--state-dir",   "/tmp/x",     "--max-steps", "100",          "--metrics",
+                  "m.jsonl",       "--threads",  "2",           "--overlap",    "--log-level",
+                  "debug"});
+  EXPECT_EQ(o.command, Command::run);
+  EXPECT_TRUE(o.bootstrap);
+  EXPECT_EQ(o.config.workload, Workload::mlp);
+  EXPECT_EQ(o.config.model, "tiny");
+  EXPECT_EQ(o.config.inner_steps, 20u);
+  EXPECT_EQ(o.config.outer, OuterKind::diloco);
+  EXPECT_FLOAT_EQ(o.config.outer_lr, 0.5f);
+  EXPECT_EQ(o.config.codec, Codec::bf16);
+  EXPECT_EQ(o.listen, "127.0.0.1:7000");
+  EXPECT_EQ(o.state_dir, "/tmp/x");
+  EXPECT_EQ(o.max_steps, 100u);
+  EXPECT_EQ(o.metrics, "m.jsonl");
+  EXPECT_EQ(o.threads, 2u);
+  EXPECT_TRUE(o.overlap);
+  EXPECT_EQ(o.log_level, "debug");
+}
+
+TEST(Cli, JoinWithPeersAndData) {
+  auto o = parse({"--peer", "10.0.0.1:7000", "--peer", "[::1]:7001", "--data", "a.txt", "b.txt",
+                  "--run", "gpt-0123456789ab"});
+  EXPECT_FALSE(o.bootstrap);
+  EXPECT_EQ(o.peers, (std::vector<std::string>{"10.0.0.1:7000", "[::1]:7001"}));
+  EXPECT_EQ(o.data, (std::vector<std::string>{"a.txt", "b.txt"}));
+  EXPECT_EQ(o.run, "gpt-0123456789ab");
+  // Data at bootstrap makes a files run.
+  EXPECT_EQ(parse({"--bootstrap", "--data", "a.txt"}).config.data, DataKind::files);
+  EXPECT_EQ(parse({"--bootstrap"}).config.data, DataKind::synthetic);
+}
+
+TEST(Cli, Subcommands) {
+  auto s = parse({"status", "--json", "--peer", "h:1"});
+  EXPECT_EQ(s.command, Command::status);
+  EXPECT_TRUE(s.json);
+  auto r = parse({"request", "diloco", "--from-round", "12", "--peer", "h:1"});
+  EXPECT_EQ(r.command, Command::request);
+  EXPECT_EQ(r.request_mode, OuterKind::diloco);
+  EXPECT_EQ(r.from_round, 12u);
+  EXPECT_EQ(parse({"request", "noloco"}).request_mode, OuterKind::noloco);
+  EXPECT_EQ(parse({"--help"}).command, Command::help);
+  EXPECT_EQ(parse({"status", "-h"}).command, Command::help);
+}
+
+TEST(Cli, BadInputNamesTheProblem) {
+  EXPECT_NE(error_of({"--inner-steps", "20"}).find("run config"), std::string::npos);
+  EXPECT_NE(error_of({"--bootstrap", "--inner-steps", "0"}).find("--inner-steps"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--bootstrap", "--inner-steps", "ten"}).find("got 'ten'"), std::string::npos);
+  EXPECT_NE(error_of({"--bootstrap", "--lr", "-1"}).find("--lr"), std::string::npos);
+  EXPECT_NE(error_of({"--bootstrap", "--outer", "sgd"}).find("noloco or diloco"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--peer", "nohost"}).find("HOST:PORT"), std::string::npos);
+  EXPECT_NE(error_of({"--peer", "h:70000"}).find("port"), std::string::npos);
+  EXPECT_NE(error_of({"--peer"}).find("missing value"), std::string::npos);
+  EXPECT_NE(error_of({"--frobnicate"}).find("unknown option --frobnicate"), std::string::npos);
+  EXPECT_NE(error_of({"stray"}).find("unexpected argument"), std::string::npos);
+  EXPECT_NE(error_of({"status", "--bootstrap"}).find("not an option"), std::string::npos);
+  EXPECT_NE(error_of({"request", "sgd"}).find("diloco or noloco"), std::string::npos);
+  EXPECT_NE(error_of({"request"}).find("diloco or noloco"), std::string::npos);
+  EXPECT_NE(error_of({"--log-level", "loud"}).find("--log-level"), std::string::npos);
+  EXPECT_NE(error_of({"--run", "x"}).find("run name"), std::string::npos);
+  EXPECT_NE(error_of({"--bootstrap", "--warmup", "50", "--schedule-steps", "10"}).find("--warmup"),
+            std::string::npos);
+  EXPECT_EQ(error_of({"--bootstrap"}), "");
+}
+
+TEST(Cli, HelpDocumentsEveryOption) {
+  const auto help = usage();
+  for (const char* opt :
+       {"--bootstrap", "--peer",           "--listen",       "--state-dir",   "--swarm-key-file",
+        "--run",       "--data",           "--overlap",      "--max-steps",   "--metrics",
+        "--threads",   "--log-level",      "--no-progress",  "--workload",    "--model-size",
+        "--seed",      "--inner-steps",    "--batch",        "--seq-len",     "--lr",
+        "--warmup",    "--schedule-steps", "--weight-decay", "--clip",        "--outer",
+        "--outer-lr",  "--outer-momentum", "--noloco-alpha", "--noloco-beta", "--noloco-gamma",
+        "--codec",     "--eval-every",     "--eval-batches", "status",        "request",
+        "--json",      "--from-round"})
+    EXPECT_NE(help.find(opt), std::string::npos) << opt;
+}
+
+}  // namespace
+}  // namespace grove::node
