@@ -139,8 +139,8 @@ transport::Result<RunConfig> bad(std::string* why, std::string what) {
 }
 }  // namespace
 
-const char* to_string(Workload w) {
-  return w == Workload::gpt ? "gpt" : "mlp";
+const char* to_string(WorkloadKind w) {
+  return w == WorkloadKind::gpt ? "gpt" : "mlp";
 }
 const char* to_string(OuterKind o) {
   return o == OuterKind::noloco ? "noloco" : "diloco";
@@ -161,9 +161,9 @@ const char* to_string(Codec c) {
 const char* to_string(DataKind d) {
   return d == DataKind::synthetic ? "synthetic" : "files";
 }
-std::optional<Workload> parse_workload(std::string_view s) {
-  if (s == "gpt") return Workload::gpt;
-  if (s == "mlp") return Workload::mlp;
+std::optional<WorkloadKind> parse_workload(std::string_view s) {
+  if (s == "gpt") return WorkloadKind::gpt;
+  if (s == "mlp") return WorkloadKind::mlp;
   return std::nullopt;
 }
 std::optional<OuterKind> parse_outer(std::string_view s) {

@@ -21,21 +21,21 @@ namespace grove::node {
 
 constexpr std::size_t kMaxConfigText = 4096;
 
-enum class Workload { gpt, mlp };
+enum class WorkloadKind { gpt, mlp };
 enum class OuterKind { noloco, diloco };
 enum class Codec { fp16, bf16, fp32, e3m0 };
 enum class DataKind { synthetic, files };
 
-const char* to_string(Workload w);
+const char* to_string(WorkloadKind w);
 const char* to_string(OuterKind o);
 const char* to_string(Codec c);
 const char* to_string(DataKind d);
-std::optional<Workload> parse_workload(std::string_view s);
+std::optional<WorkloadKind> parse_workload(std::string_view s);
 std::optional<OuterKind> parse_outer(std::string_view s);
 std::optional<Codec> parse_codec(std::string_view s);
 
 struct RunConfig {
-  Workload workload = Workload::gpt;
+  WorkloadKind workload = WorkloadKind::gpt;
   std::string model = "small";  ///< a size preset of the workload (see workload.hpp)
   std::uint64_t seed = 1;       ///< model initialisation, synthetic corpus, evaluation windows
   std::string nonce = "0000000000000000";  ///< 16 hex digits drawn at bootstrap: runs differ

@@ -21,7 +21,7 @@
 namespace grove::node {
 
 struct StepResult {
-  double loss = 0;          ///< training loss of this step's batch
+  double loss = 0;           ///< training loss of this step's batch
   std::uint64_t tokens = 0;  ///< tokens (or samples) the step consumed
 };
 
@@ -60,9 +60,13 @@ struct WorkloadSpec {
 /// without libtorch.
 std::unique_ptr<Workload> make_workload(const WorkloadSpec& spec);
 
-// The two implementations (workload.cpp dispatches).
+// The two implementations. make_gpt_workload lives in the grove_node_gpt library (libtorch);
+// a program that links it hands it to make_workload with set_gpt_factory() at start-up (the
+// sanitizer build has no libtorch and offers the mlp workload only).
 std::unique_ptr<Workload> make_mlp_workload(const WorkloadSpec& spec);
 std::unique_ptr<Workload> make_gpt_workload(const WorkloadSpec& spec);
+using WorkloadFactory = std::unique_ptr<Workload> (*)(const WorkloadSpec&);
+void set_gpt_factory(WorkloadFactory f);
 
 /// The inner learning rate at step `step`: linear warm-up over config.warmup steps, then cosine
 /// decay to lr_min_ratio × lr at schedule_steps (and flat after).

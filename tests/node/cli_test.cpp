@@ -30,7 +30,7 @@ TEST(Cli, BootstrapWithRunConfig) {
                   "debug"});
   EXPECT_EQ(o.command, Command::run);
   EXPECT_TRUE(o.bootstrap);
-  EXPECT_EQ(o.config.workload, Workload::mlp);
+  EXPECT_EQ(o.config.workload, WorkloadKind::mlp);
   EXPECT_EQ(o.config.model, "tiny");
   EXPECT_EQ(o.config.inner_steps, 20u);
   EXPECT_EQ(o.config.outer, OuterKind::diloco);

@@ -8,7 +8,7 @@ namespace {
 
 RunConfig sample() {
   RunConfig c;
-  c.workload = Workload::mlp;
+  c.workload = WorkloadKind::mlp;
   c.model = "tiny";
   c.seed = 42;
   c.nonce = "00112233445566aa";
