@@ -100,6 +100,8 @@ class Matchmaker {
 
   /// Only members for which this returns true are paired (the live membership view).
   void set_live_filter(std::function<bool(const NodeId&)> f) { live_ = std::move(f); }
+  /// Changes MatchOptions::patience (the node sets it from its measured round time).
+  void set_patience(Time t) { opts_.patience = t; }
   /// Declares us ready for `round` now; `done` runs once with the group (from on_timer or a DHT
   /// callback). A second ready() before the first finished replaces it.
   void ready(std::uint64_t round, std::vector<std::string> addresses, Time now,

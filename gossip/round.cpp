@@ -315,6 +315,11 @@ void RoundEngine::after_state(Time now) {
                   now);
 }
 
+void RoundEngine::set_patience(Time t) {
+  if (pairs_) pairs_->set_patience(t);
+  if (groups_) groups_->set_patience(t);
+}
+
 void RoundEngine::mix(std::span<float> theta, float alpha) const {
   if (theta.size() != state_.phi.size())
     throw std::invalid_argument("RoundEngine::mix: size mismatch");

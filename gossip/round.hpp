@@ -123,6 +123,10 @@ class RoundEngine {
   /// Overlap: the fast weights trained during the round, mixed with the new slow weights:
   /// θ = α·θ + (1−α)·φ (the next Δ is still taken against φ).
   void mix(std::span<float> theta, float alpha = 0.5f) const;
+  /// How long a node left alone in its window keeps trying later windows (MatchOptions::
+  /// patience): about one inner phase of the others, so that a slow node still pairs; zero when
+  /// the node knows it is alone, so that a lone node does not wait for nobody.
+  void set_patience(Time t);
 
   /// Requests `mode` from round `from_round` (default: our round + mode_lead); done gets the
   /// round, or errc::rejected for a round less than mode_lead ahead.

@@ -114,6 +114,10 @@ const std::map<std::string, Setter>& config_options() {
          if (!k) throw CliError(o + ": expected fp16, bf16, fp32 or e3m0, got '" + v + "'");
          c.codec = *k;
        }},
+      {"--window-ms",
+       [](RunConfig& c, const std::string& o, const std::string& v) {
+         c.window_ms = static_cast<std::uint32_t>(parse_whole(o, v, 500, 600'000));
+       }},
       {"--eval-every",
        [](RunConfig& c, const std::string& o, const std::string& v) {
          c.eval_every = static_cast<std::uint32_t>(parse_whole(o, v, 1, 1'000'000));
@@ -181,6 +185,8 @@ Run config (only with --bootstrap; fixed for the run, joiners take it from the s
   --codec fp16|bf16|fp32|e3m0
                           what goes on the wire (default fp16; DiLoCo sums partial results and
                           uses fp16 where e3m0 is chosen)
+  --window-ms MS          matchmaking window: nodes ready in the same window pair up
+                          (default 10000; shorter for short rounds on a LAN)
   --eval-every N          inner steps between evaluations (default 100)
   --eval-batches N        held-out batches per evaluation (default 8)
 

@@ -117,6 +117,7 @@ const std::vector<Field>& fields() {
          if (k) c.codec = *k;
          return k.has_value();
        }},
+      u32_field("window_ms", &RunConfig::window_ms),
       {"data", [](const RunConfig& c) { return std::string(to_string(c.data)); },
        [](RunConfig& c, std::string_view v) {
          if (v == "synthetic")
@@ -221,6 +222,7 @@ std::string RunConfig::check() const {
   if (!in(noloco_alpha, 0, 0.999)) return "noloco alpha: 0 to 0.999";
   if (!(noloco_beta > 0 && noloco_beta <= 2)) return "noloco beta: above 0, at most 2";
   if (!in(noloco_gamma, 0, 2)) return "noloco gamma: 0 to 2";
+  if (!in(window_ms, 500, 600'000)) return "window: 500 to 600000 ms";
   if (!in(eval_every, 1, 1'000'000)) return "eval every: 1 to 1000000";
   if (!in(eval_batches, 1, 10'000)) return "eval batches: 1 to 10000";
   return {};

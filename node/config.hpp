@@ -56,6 +56,10 @@ struct RunConfig {
   float outer_momentum = 0.9f;  ///< DiLoCo's Nesterov momentum
   float noloco_alpha = 0.5f, noloco_beta = 0.7f, noloco_gamma = 0.7f;
   Codec codec = Codec::fp16;
+  /// Matchmaking window (ms): nodes ready in the same window are paired or grouped. Every member
+  /// must use the same windows; short ones suit short rounds (tests), the default suits rounds of
+  /// tens of seconds and more over the internet.
+  std::uint32_t window_ms = 10000;
   // Data and evaluation.
   DataKind data = DataKind::synthetic;
   std::uint32_t eval_every = 100;  ///< inner steps between evaluations

@@ -1,0 +1,673 @@
+#include "node/node.hpp"
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstdio>
+#include <deque>
+#include <fstream>
+#include <future>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include <spdlog/spdlog.h>
+
+#include "gossip/round_runtime.hpp"
+#include "node/checkpoint.hpp"
+#include "node/workload.hpp"
+#include "transport/crypto.hpp"
+#include "transport/identity.hpp"
+
+namespace grove::node {
+
+namespace asio = boost::asio;
+using namespace std::chrono_literals;
+using transport::ConfigError;
+using SteadyClock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr const char* kRunsKey = "grove-runs";
+constexpr dht::Time kRunRecordTtl{23 * 3600 * 1000};
+
+// Runs fn on `ex` and waits for its result (start-up and shutdown only; never on the strand).
+template <class F>
+auto on_strand(const asio::any_io_executor& ex, F fn) {
+  using R = decltype(fn());
+  std::promise<R> p;
+  auto fut = p.get_future();
+  asio::post(ex, [&] {
+    try {
+      if constexpr (std::is_void_v<R>) {
+        fn();
+        p.set_value();
+      } else {
+        p.set_value(fn());
+      }
+    } catch (...) {
+      p.set_exception(std::current_exception());
+    }
+  });
+  return fut.get();
+}
+
+// The address peers should dial: the listen address, unless it is a wildcard; then the local
+// address that routes to the first peer, or the first non-loopback IPv4 address, or loopback.
+std::string advertise_address(const std::string& bound, const std::vector<std::string>& peers) {
+  const auto colon = bound.rfind(':');
+  const std::string host = bound.substr(0, colon), port = bound.substr(colon + 1);
+  if (host != "0.0.0.0" && host != "::" && host != "[::]") return bound;
+  std::string ip;
+  if (!peers.empty()) {
+    const auto pc = peers.front().rfind(':');
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(static_cast<std::uint16_t>(std::stoi(peers.front().substr(pc + 1))));
+    if (::inet_pton(AF_INET, peers.front().substr(0, pc).c_str(), &sa.sin_addr) == 1) {
+      const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+      if (fd >= 0) {
+        sockaddr_in local{};
+        socklen_t len = sizeof local;
+        if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0 &&
+            ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
+          char b[INET_ADDRSTRLEN];
+          if (::inet_ntop(AF_INET, &local.sin_addr, b, sizeof b)) ip = b;
+        }
+        ::close(fd);
+      }
+    }
+  }
+  if (ip.empty()) {
+    ifaddrs* ifs = nullptr;
+    if (::getifaddrs(&ifs) == 0) {
+      for (auto* i = ifs; i && ip.empty(); i = i->ifa_next) {
+        if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET) continue;
+        if ((i->ifa_flags & IFF_UP) == 0 || (i->ifa_flags & IFF_LOOPBACK) != 0) continue;
+        char b[INET_ADDRSTRLEN];
+        const auto* a = reinterpret_cast<const sockaddr_in*>(i->ifa_addr);
+        if (::inet_ntop(AF_INET, &a->sin_addr, b, sizeof b)) ip = b;
+      }
+      ::freeifaddrs(ifs);
+    }
+  }
+  if (ip.empty()) ip = "127.0.0.1";
+  return ip + ":" + port;
+}
+
+std::string random_nonce() {
+  std::random_device rd;
+  char b[17];
+  std::snprintf(b, sizeof b, "%08x%08x", rd(), rd());
+  return b;
+}
+
+std::uint64_t seed_of(const transport::NodeId& id) {
+  std::uint64_t s = 0;
+  for (int i = 0; i < 8; ++i) s = (s << 8) | id[static_cast<std::size_t>(i)];
+  return s;
+}
+
+gossip::RoundOptions round_options(const RunConfig& c, unsigned threads) {
+  gossip::RoundOptions o;
+  o.mode = c.outer == OuterKind::diloco ? gossip::OuterMode::diloco : gossip::OuterMode::noloco;
+  o.noloco.alpha = c.noloco_alpha;
+  o.noloco.beta = c.noloco_beta;
+  o.noloco.gamma = c.noloco_gamma;
+  o.diloco.lr = c.outer_lr;
+  o.diloco.momentum = c.outer_momentum;
+  const auto codec = [&] {
+    switch (c.codec) {
+      case Codec::fp32:
+        return gossip::WireCodec::fp32;
+      case Codec::bf16:
+        return gossip::WireCodec::bf16;
+      case Codec::e3m0:
+        return gossip::WireCodec::e3m0;
+      case Codec::fp16:
+        break;
+    }
+    return gossip::WireCodec::fp16;
+  }();
+  o.exchange.codec = codec;
+  // The all-reduce sums partial results: a 4-bit code cannot carry them.
+  o.allreduce.codec = codec == gossip::WireCodec::e3m0 ? gossip::WireCodec::fp16 : codec;
+  o.threads = threads;
+  // The window and its margins scale together: a record must be out a quarter window before the
+  // close, and the read waits a little for records to spread.
+  o.match.window = dht::Time(c.window_ms);
+  o.match.min_lead = dht::Time(std::min<std::uint32_t>(2000, c.window_ms / 4));
+  o.match.settle = dht::Time(std::clamp<std::uint32_t>(c.window_ms * 3 / 20, 300, 1500));
+  o.match.patience = dht::Time(0);  // set from the measured inner phase (see train())
+  o.mode_poll = dht::Time(std::min<std::uint32_t>(5000, c.window_ms));
+  return o;
+}
+
+std::string json_number(double v) {
+  if (!std::isfinite(v)) return "null";
+  char b[32];
+  std::snprintf(b, sizeof b, "%.6g", v);
+  return b;
+}
+
+std::string json_string(const std::string& s) {
+  std::string r = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') r += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) continue;
+    r += c;
+  }
+  return r + "\"";
+}
+
+}  // namespace
+
+struct Node::Impl {
+  CliOptions o;
+  std::filesystem::path state_dir;
+  std::optional<transport::SwarmKey> swarm_key;
+  asio::io_context io;
+  asio::executor_work_guard<asio::io_context::executor_type> work{io.get_executor()};
+  std::thread io_thread;
+  std::shared_ptr<transport::Host> host;
+  std::shared_ptr<dht::DhtRuntime> dht;
+  std::shared_ptr<gossip::GossipRuntime> gossip;
+  std::shared_ptr<gossip::StateServer> server = std::make_shared<gossip::StateServer>();
+  std::shared_ptr<dht::Membership> members;
+  std::shared_ptr<gossip::RoundRuntime> round;
+  std::unique_ptr<Workload> workload;
+  std::optional<asio::signal_set> signals;
+  RunConfig config;
+  std::string run_name, advertise;
+  std::optional<Checkpoint> resume;
+  bool fresh_bootstrap = false;
+
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<gossip::RoundReport> reports;
+  std::atomic<bool> stopping{false};
+
+  // Progress (training thread), published for status.
+  std::uint64_t step = 0, tokens = 0, rounds = 0;
+  double loss_ema = NAN, last_eval = NAN;
+  std::uint64_t bytes_sent = 0, bytes_received = 0;
+  std::ofstream metrics;
+  SteadyClock::time_point started = SteadyClock::now();
+
+  explicit Impl(CliOptions opts) : o(std::move(opts)) {}
+  ~Impl() { shutdown(); }
+
+  void start();
+  void find_run();
+  int train();
+  void shutdown();
+  void on_report(const gossip::RoundReport& r) {
+    {
+      std::lock_guard lk(mu);
+      reports.push_back(r);
+    }
+    cv.notify_all();
+  }
+  // Waits for the next report; nullopt at the deadline, or at a stop request when `stop_wakes`.
+  std::optional<gossip::RoundReport> next_report(SteadyClock::duration limit,
+                                                 bool stop_wakes = true) {
+    std::unique_lock lk(mu);
+    const auto deadline = SteadyClock::now() + limit;
+    cv.wait_until(lk, deadline,
+                  [&] { return !reports.empty() || (stop_wakes && stopping.load()); });
+    if (reports.empty()) return std::nullopt;
+    auto r = std::move(reports.front());
+    reports.pop_front();
+    return r;
+  }
+  optim::OuterState engine_state() {
+    std::promise<optim::OuterState> p;
+    auto f = p.get_future();
+    round->with_engine([&p](gossip::RoundEngine& e) { p.set_value(e.state()); });
+    return f.get();
+  }
+  void event(const std::string& name, const std::string& extra = {}) {
+    if (!metrics.is_open()) return;
+    const auto now = std::chrono::system_clock::now();
+    const double t = std::chrono::duration<double>(now.time_since_epoch()).count();
+    metrics << "{\"time\":" << std::to_string(t)
+            << ",\"node\":" << json_string(transport::to_hex(host->id()).substr(0, 16))
+            << ",\"event\":" << json_string(name) << ",\"step\":" << step << ",\"round\":" << rounds
+            << ",\"loss\":" << json_number(loss_ema) << ",\"bytes_sent\":" << bytes_sent
+            << ",\"bytes_received\":" << bytes_received << extra << "}\n";
+    metrics.flush();
+  }
+  Checkpoint make_checkpoint(const optim::OuterState& st) {
+    Checkpoint c;
+    c.config_text = config.to_text();
+    c.step = step;
+    c.round = st.round;
+    c.tokens = tokens;
+    c.outer = st;
+    c.workload = workload->save();
+    return c;
+  }
+  void checkpoint(const optim::OuterState& st) {
+    if (auto ec = save_checkpoint(state_dir, make_checkpoint(st)))
+      spdlog::error("checkpoint not written ({}); the previous one stays", ec.message());
+  }
+};
+
+Node::Node(CliOptions opts) : impl_(std::make_unique<Impl>(std::move(opts))) {
+  impl_->start();
+}
+
+Node::~Node() = default;
+
+void Node::stop() {
+  impl_->stopping = true;
+  impl_->cv.notify_all();
+}
+
+int Node::run() {
+  return impl_->train();
+}
+
+void Node::Impl::start() {
+  state_dir = o.state_dir.empty() ? default_state_dir() : o.state_dir;
+  std::error_code ec;
+  std::filesystem::create_directories(state_dir, ec);
+  if (ec) throw ConfigError("state dir '" + state_dir.string() + "': " + ec.message());
+  const auto identity = transport::Identity::load_or_create(state_dir);
+
+  if (o.swarm_key_file) {
+    if (o.bootstrap && !std::filesystem::exists(*o.swarm_key_file)) {
+      const auto key = transport::SwarmKey::generate();
+      const std::string text = key.hex() + "\n";
+      if (auto e = write_file_atomically(
+              *o.swarm_key_file, {reinterpret_cast<const std::uint8_t*>(text.data()), text.size()}))
+        throw ConfigError("cannot write swarm key file '" + *o.swarm_key_file +
+                          "': " + e.message());
+    }
+    swarm_key = transport::SwarmKey::load(*o.swarm_key_file);
+  }
+
+  std::string why;
+  resume = load_latest(state_dir, &why);
+  if (!why.empty()) spdlog::warn("checkpoint: {}", why);
+  if (resume) {
+    auto c = parse_run_config(resume->config_text, &why);
+    if (!c)
+      throw ConfigError("checkpoint in '" + state_dir.string() +
+                        "' names a bad run config: " + why);
+    config = *c;
+    run_name = config.run_name();
+    if (o.run && *o.run != run_name)
+      throw ConfigError("the checkpoint in '" + state_dir.string() + "' belongs to run " +
+                        run_name + ", not " + *o.run + " (use another --state-dir)");
+  }
+
+  if (o.metrics) {
+    metrics.open(*o.metrics, std::ios::app);
+    if (!metrics) throw ConfigError("cannot open metrics file '" + *o.metrics + "'");
+  }
+
+  io_thread = std::thread([this] { io.run(); });
+  transport::HostOptions ho;
+  ho.listen = o.listen;
+  ho.swarm_key = swarm_key;
+  host = transport::Host::create(io, identity, ho);
+  dht = dht::DhtRuntime::create(host, dht::DhtOptions{}, seed_of(host->id()));
+  gossip = gossip::GossipRuntime::create(host);
+  gossip::serve_state(*host, server);
+  on_strand(host->executor(), [&] { host->start(); });
+  advertise = advertise_address(host->address(), o.peers);
+  dht->start(advertise);
+  const std::string lan_name =
+      "grove-" + (swarm_key
+                      ? transport::to_hex(transport::blake2b_256(swarm_key->bytes)).substr(0, 8)
+                      : std::string("open"));
+  dht->start_lan_discovery(lan_name);
+
+  if (!o.peers.empty()) {
+    std::promise<std::size_t> p;
+    auto f = p.get_future();
+    dht->bootstrap(o.peers, [&p](std::size_t n) { p.set_value(n); });
+    if (f.wait_for(30s) != std::future_status::ready || f.get() == 0)
+      throw ConfigError("could not reach any --peer (" + o.peers.front() +
+                        (o.peers.size() > 1 ? ", ..." : "") +
+                        "): is the address right, and the swarm key the same?");
+  }
+
+  if (!resume) {
+    if (o.bootstrap) {
+      config = o.config;
+      config.nonce = random_nonce();
+      if (auto e = config.check(); !e.empty()) throw ConfigError("run config: " + e);
+      run_name = config.run_name();
+      fresh_bootstrap = true;
+    } else {
+      find_run();
+    }
+  }
+  // Every member publishes the run's config (its own signed copy), so it outlives the bootstrap.
+  const std::string text = config.to_text();
+  dht->put_signed(dht::key_of(kRunsKey), run_name,
+                  static_cast<std::uint64_t>(dht::DhtRuntime::wall_now().count()), kRunRecordTtl,
+                  std::vector<std::uint8_t>(text.begin(), text.end()));
+
+  WorkloadSpec spec;
+  spec.config = config;
+  spec.data_files = o.data;
+  spec.node_seed = seed_of(host->id());
+  spec.threads = o.threads;
+  workload = make_workload(spec);
+
+  dht::MemberInfo self;
+  self.addresses = {advertise};
+  self.run_id = run_name;
+  self.status = "joining";
+  members = dht->join(run_name, dht::MembershipOptions{}, self);
+  round = gossip::RoundRuntime::create(host, dht, gossip, members, server, run_name, {advertise},
+                                       round_options(config, o.threads),
+                                       [this](const gossip::RoundReport& r) { on_report(r); });
+  signals.emplace(io, SIGINT, SIGTERM);
+  signals->async_wait([this](const boost::system::error_code& e, int sig) {
+    if (e) return;
+    spdlog::info("signal {}: finishing the round in flight, then leaving", sig);
+    stopping = true;
+    cv.notify_all();
+  });
+}
+
+// Reads the runs published in the swarm; takes --run, or the only one there is.
+void Node::Impl::find_run() {
+  const auto deadline = SteadyClock::now() + 30s;
+  std::string seen;
+  while (SteadyClock::now() < deadline && !stopping) {
+    std::promise<dht::GetResult> p;
+    auto f = p.get_future();
+    dht->get(dht::key_of(kRunsKey), [&p](dht::GetResult r) { p.set_value(std::move(r)); });
+    const auto r = f.get();
+    std::map<std::string, RunConfig> runs;
+    for (const auto& rec : r.records) {
+      std::string why;
+      auto c = parse_run_config(
+          std::string_view(reinterpret_cast<const char*>(rec.value.data()), rec.value.size()),
+          &why);
+      if (!c || c->run_name() != rec.subkey) {
+        spdlog::warn("ignoring a run record '{}' that does not match its content ({})", rec.subkey,
+                     c ? "name mismatch" : why);
+        continue;
+      }
+      runs.emplace(rec.subkey, *c);
+    }
+    if (o.run) {
+      if (auto it = runs.find(*o.run); it != runs.end()) {
+        config = it->second;
+        run_name = it->first;
+        return;
+      }
+    } else if (runs.size() == 1) {
+      config = runs.begin()->second;
+      run_name = runs.begin()->first;
+      return;
+    } else if (runs.size() > 1) {
+      std::string names;
+      for (const auto& [n, c] : runs) names += " " + n;
+      throw ConfigError("the swarm has several runs:" + names + "; choose one with --run NAME");
+    }
+    std::unique_lock lk(mu);
+    cv.wait_for(lk, 1s, [&] { return stopping.load(); });
+  }
+  throw ConfigError(o.run ? "run " + *o.run + " was not found in the swarm"
+                          : std::string("no run found in the swarm (is a --bootstrap node up?)"));
+}
+
+int Node::Impl::train() {
+  const std::size_t P = workload->num_params();
+  std::printf("grove-node %s\n  run      %s (%s, %s outer, %s on the wire)\n  listening %s\n",
+              transport::to_hex(host->id()).substr(0, 16).c_str(), run_name.c_str(),
+              workload->describe().c_str(), to_string(config.outer), to_string(config.codec),
+              advertise.c_str());
+  if (fresh_bootstrap) {
+    std::string cmd = "grove-node --peer " + advertise;
+    if (swarm_key)
+      cmd = "echo " + swarm_key->hex() + " > swarm.key && grove-node --peer " + advertise +
+            " --swarm-key-file swarm.key";
+    if (!o.data.empty()) cmd += " --data YOUR_TEXT_FILES";
+    std::printf("  join with: %s\n", cmd.c_str());
+  }
+  std::fflush(stdout);
+
+  std::vector<float> theta(P);
+  workload->get_params(theta);
+  bool synced = false;
+  if (fresh_bootstrap) {
+    optim::OuterState st;
+    st.phi = theta;
+    st.momentum.assign(P, 0.0f);
+    round->start(std::move(st));
+    synced = true;
+  } else {
+    // Joining, or resuming with peers: take the swarm's current state if a member offers one
+    // (a resumed node without --peer goes on from its checkpoint at once).
+    const int attempts = resume && o.peers.empty() ? 0 : 3;
+    for (int attempt = 0; attempt < attempts && !synced && !stopping; ++attempt) {
+      round->join(P);
+      for (;;) {
+        auto r = next_report(120s);
+        if (!r) break;
+        if (r->kind == gossip::RoundReport::Kind::synced) {
+          synced = true;
+          break;
+        }
+        if (r->kind == gossip::RoundReport::Kind::sync_failed) {
+          spdlog::warn("state sync failed: {}", r->note);
+          break;
+        }
+      }
+      if (!synced && resume) break;  // nobody offers a state: go on from the checkpoint
+    }
+    if (synced) {
+      const auto st = engine_state();
+      theta = st.phi;
+      workload->set_params(theta);
+      if (resume && resume->outer.phi.size() == P) {
+        std::string why;
+        if (!workload->load(resume->workload, &why)) spdlog::warn("checkpoint: {}", why);
+        step = resume->step;
+        tokens = resume->tokens;
+      }
+      rounds = st.round;
+      std::printf("  synced   round %llu from the swarm\n",
+                  static_cast<unsigned long long>(st.round));
+    } else if (resume) {
+      if (resume->outer.phi.size() != P) {
+        spdlog::error("checkpoint does not fit this model ({} values, the model has {})",
+                      resume->outer.phi.size(), P);
+        return 1;
+      }
+      std::string why;
+      if (!workload->load(resume->workload, &why)) spdlog::warn("checkpoint: {}", why);
+      theta = resume->outer.phi;
+      workload->set_params(theta);
+      step = resume->step;
+      tokens = resume->tokens;
+      rounds = resume->round;
+      round->start(resume->outer);
+      std::printf("  resumed  round %llu, step %llu from the checkpoint\n",
+                  static_cast<unsigned long long>(resume->round),
+                  static_cast<unsigned long long>(step));
+      synced = true;
+    }
+  }
+  if (!synced) {
+    spdlog::error("could not get the swarm's state");
+    return 1;
+  }
+  std::fflush(stdout);
+  event("start", ",\"run\":" + json_string(run_name) + ",\"params\":" + std::to_string(P) +
+                     ",\"loss_floor\":" + json_number(workload->loss_floor()));
+
+  const auto done = [&] { return stopping.load() || (o.max_steps && step >= *o.max_steps); };
+  bool in_flight = false;
+  double tps = 0;
+  // A round's result: the new slow weights become θ (with overlap: θ, trained on meanwhile, is
+  // pulled halfway toward them); metrics, progress and a checkpoint follow.
+  const auto apply = [&](const gossip::RoundReport& r) {
+    if (r.kind == gossip::RoundReport::Kind::sync_failed) {
+      spdlog::warn("catching up failed: {}", r.note);
+      return;
+    }
+    in_flight = false;
+    bytes_sent += r.bytes_sent;
+    bytes_received += r.bytes_received;
+    const auto st = engine_state();
+    if (o.overlap && r.kind == gossip::RoundReport::Kind::round) {
+      workload->get_params(theta);
+      std::promise<void> p;
+      auto f = p.get_future();
+      round->with_engine([&](gossip::RoundEngine& e) {
+        e.mix(theta, 0.5f);
+        p.set_value();
+      });
+      f.get();
+    } else {
+      theta = st.phi;  // without overlap, or after catching up: start from the new φ
+    }
+    workload->set_params(theta);
+    rounds = st.round;
+    checkpoint(st);  // before the round is reported: a printed round is a saved round
+    std::string partners;
+    for (const auto& id : r.averaged_with)
+      partners += std::string(partners.empty() ? "" : ",") +
+                  json_string(transport::to_hex(id).substr(0, 16));
+    const auto live = on_strand(dht->executor(),
+                                [&] { return members->live(dht::DhtRuntime::wall_now()).size(); });
+    event(r.kind == gossip::RoundReport::Kind::round ? "round" : "synced",
+          ",\"mode\":" + json_string(gossip::to_string(r.mode)) + ",\"partners\":[" + partners +
+              "],\"sync_ms\":" + std::to_string(r.sync_time.count()) +
+              ",\"members\":" + std::to_string(live) + ",\"tokens_per_s\":" + json_number(tps) +
+              ",\"eval_loss\":" + json_number(last_eval) +
+              ",\"param_hash\":" + json_string(transport::to_hex(r.weights_hash).substr(0, 16)));
+    if (o.progress) {
+      const std::string with =
+          r.averaged_with.empty()
+              ? std::string("local-only")
+              : "with " + transport::to_hex(r.averaged_with.front()).substr(0, 8) +
+                    (r.averaged_with.size() > 1 ? " +" + std::to_string(r.averaged_with.size() - 1)
+                                                : std::string());
+      std::printf(
+          "step %6llu  round %4llu  loss %.4f  eval %s (floor %s)  %.0f tok/s  "
+          "%zu members  sync %lld ms %s\n",
+          static_cast<unsigned long long>(step), static_cast<unsigned long long>(rounds), loss_ema,
+          json_number(last_eval).c_str(), json_number(workload->loss_floor()).c_str(), tps, live,
+          static_cast<long long>(r.sync_time.count()), with.c_str());
+      std::fflush(stdout);
+    }
+  };
+  // Waits for the round in flight (or a catch-up) to end; false when it does not in time.
+  const auto wait_round = [&](SteadyClock::duration limit, bool stop_wakes = true) {
+    const auto deadline = SteadyClock::now() + limit;
+    while (in_flight) {
+      auto r = next_report(std::max<SteadyClock::duration>(deadline - SteadyClock::now(), 0s),
+                           stop_wakes);
+      if (!r) return false;
+      apply(*r);
+    }
+    return true;
+  };
+  const auto take_ready = [&] {  // overlap: apply a result that arrived during the inner phase
+    std::optional<gossip::RoundReport> r;
+    {
+      std::lock_guard lk(mu);
+      if (!reports.empty()) {
+        r = std::move(reports.front());
+        reports.pop_front();
+      }
+    }
+    if (r) apply(*r);
+  };
+
+  while (!done()) {
+    const auto t0 = SteadyClock::now();
+    std::uint64_t phase_tokens = 0;
+    for (std::uint32_t h = 0; h < config.inner_steps && !done(); ++h) {
+      const auto r = workload->train_step(step);
+      ++step;
+      tokens += r.tokens;
+      phase_tokens += r.tokens;
+      loss_ema = std::isfinite(loss_ema) ? 0.9 * loss_ema + 0.1 * r.loss : r.loss;
+      if (step % config.eval_every == 0) {
+        last_eval = workload->evaluate();
+        event("eval", ",\"eval_loss\":" + json_number(last_eval) +
+                          ",\"loss_floor\":" + json_number(workload->loss_floor()));
+      }
+      if (in_flight) take_ready();
+    }
+    const double secs = std::chrono::duration<double>(SteadyClock::now() - t0).count();
+    tps = secs > 0 ? static_cast<double>(phase_tokens) / secs : 0;
+    if (stopping) break;
+    // A node left alone in a window waits about one inner phase for a partner (a slower node
+    // finishing later still pairs), and not at all when it is the only member.
+    {
+      const auto alone = on_strand(
+          dht->executor(), [&] { return members->live(dht::DhtRuntime::wall_now()).size() <= 1; });
+      const auto patience =
+          alone ? dht::Time(0)
+                : dht::Time(std::min<std::int64_t>(60'000, static_cast<std::int64_t>(secs * 1000)));
+      round->with_engine([patience](gossip::RoundEngine& e) { e.set_patience(patience); });
+    }
+    if (in_flight && !wait_round(600s)) break;  // overlap: the previous round first
+    workload->get_params(theta);
+    round->submit(theta);
+    in_flight = true;
+    if (o.overlap && !done()) continue;
+    if (!wait_round(600s)) break;
+  }
+  // The round in flight gets a bounded grace: its own deadlines end it well within this.
+  if (in_flight && !wait_round(stopping ? 30s : 600s, false))
+    spdlog::warn("leaving with a round still in flight");
+
+  // Leaving: say so in the member record, write the checkpoint, go.
+  const auto st = engine_state();
+  checkpoint(st);
+  {
+    std::promise<void> p;
+    auto f = p.get_future();
+    dht->post(
+        [this, &p](dht::DhtNode&, dht::Time now) { members->leave(now, [&p] { p.set_value(); }); });
+    f.wait_for(3s);
+  }
+  last_eval = workload->evaluate();
+  event("stop", ",\"eval_loss\":" + json_number(last_eval) +
+                    ",\"loss_floor\":" + json_number(workload->loss_floor()));
+  std::printf(
+      "stopped at step %llu, round %llu: eval loss %s (floor %s), %.1f MB sent, %.1f MB "
+      "received, %.0f s\n",
+      static_cast<unsigned long long>(step), static_cast<unsigned long long>(rounds),
+      json_number(last_eval).c_str(), json_number(workload->loss_floor()).c_str(),
+      static_cast<double>(bytes_sent) / 1e6, static_cast<double>(bytes_received) / 1e6,
+      std::chrono::duration<double>(SteadyClock::now() - started).count());
+  std::fflush(stdout);
+  return 0;
+}
+
+void Node::Impl::shutdown() {
+  if (!io_thread.joinable()) return;
+  if (dht) dht->stop();
+  if (signals) asio::post(io, [this] { signals->cancel(); });
+  if (host) host->shutdown();
+  transport::quiesce_worker_pool();
+  work.reset();
+  io.stop();
+  io_thread.join();
+}
+
+}  // namespace grove::node

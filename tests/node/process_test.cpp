@@ -1,0 +1,254 @@
+// Real grove-node processes on loopback: a swarm trains and its loss drops, a node killed with
+// SIGKILL resumes from its checkpoint, SIGTERM leaves cleanly (garbage on the port does not
+// disturb the node), a node without the swarm key is refused, bad arguments exit 2.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <optional>
+#include <random>
+#include <regex>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+namespace fs = std::filesystem;
+
+// A grove-node child whose stdout (and stderr) is read line by line.
+class Proc {
+ public:
+  explicit Proc(std::vector<std::string> args) {
+    args.insert(args.begin(), GROVE_NODE_BINARY);
+    int out[2];
+    if (pipe2(out, O_CLOEXEC)) throw std::runtime_error("pipe");
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(out[1], 1);
+      dup2(out[1], 2);
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    close(out[1]);
+    out_ = out[0];
+  }
+  ~Proc() {
+    if (pid_ > 0 && !exited_) {
+      ::kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    close(out_);
+  }
+  /// The next line matching `re` (searching), waiting at most `limit`; the match in *m.
+  std::optional<std::string> expect(const std::regex& re, std::chrono::milliseconds limit,
+                                    std::smatch* m = nullptr) {
+    const auto end = Clock::now() + limit;
+    for (;;) {
+      for (auto nl = buf_.find('\n'); nl != std::string::npos; nl = buf_.find('\n')) {
+        std::string line = buf_.substr(0, nl);
+        buf_.erase(0, nl + 1);
+        log_ += line + "\n";
+        std::smatch mm;
+        if (std::regex_search(line, mm, re)) {
+          if (m) {
+            held_ = line;  // smatch refers into the string: keep it alive
+            std::regex_search(held_, *m, re);
+          }
+          return line;
+        }
+      }
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - Clock::now());
+      if (left <= 0ms) return std::nullopt;
+      pollfd p{out_, POLLIN, 0};
+      if (poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
+      char b[4096];
+      const ssize_t n = read(out_, b, sizeof b);
+      if (n <= 0) return std::nullopt;  // the process closed its output
+      buf_.append(b, static_cast<std::size_t>(n));
+    }
+  }
+  /// Waits for the process to exit (at most `limit`); its exit code, or -1.
+  int wait_exit(std::chrono::milliseconds limit) {
+    const auto end = Clock::now() + limit;
+    while (Clock::now() < end) {
+      // Drain output so the child never blocks on a full pipe; EOF means it is exiting.
+      expect(std::regex("$^"), 200ms);
+      int st = 0;
+      if (waitpid(pid_, &st, WNOHANG) == pid_) {
+        exited_ = true;
+        return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+      }
+    }
+    return -1;
+  }
+  void signal(int sig) { ::kill(pid_, sig); }
+  void kill9() {
+    ::kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+    exited_ = true;
+  }
+  const std::string& log() const { return log_; }
+
+ private:
+  pid_t pid_ = -1;
+  int out_ = -1;
+  bool exited_ = false;
+  std::string buf_, log_, held_;
+};
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    path = fs::temp_directory_path() / ("grove-proc-" + std::to_string(getpid()) + "-" +
+                                        std::to_string(std::random_device{}()));
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+  std::string operator/(const std::string& s) const { return (path / s).string(); }
+};
+
+// A fast mlp run: 20 inner steps a round, 1 s matchmaking windows.
+std::vector<std::string> bootstrap_args(const TempDir& d, const std::string& name) {
+  return {"--bootstrap", "--workload",   "mlp",    "--model-size", "tiny", "--inner-steps",
+          "20",          "--lr",         "0.01",   "--warmup",     "10",   "--schedule-steps",
+          "2000",        "--eval-every", "20",     "--window-ms",  "1000", "--listen",
+          "127.0.0.1:0", "--state-dir",  d / name, "--no-progress"};
+}
+
+std::string listen_address(Proc& p) {
+  std::smatch m;
+  auto l = p.expect(std::regex(R"(listening (\S+))"), 30s, &m);
+  if (!l) return {};
+  return m[1];
+}
+
+const std::regex kStopped(R"(stopped at step (\d+), round (\d+): eval loss ([0-9.e-]+))");
+
+TEST(NodeProcess, ThreeNodesTrainTogetherAndTheirLossDrops) {
+  TempDir d;
+  auto a = bootstrap_args(d, "n0");
+  a.insert(a.end(), {"--max-steps", "600", "--metrics", d / "m0.jsonl"});
+  a.erase(std::find(a.begin(), a.end(), "--no-progress"));
+  Proc n0(a);
+  const auto addr = listen_address(n0);
+  ASSERT_FALSE(addr.empty()) << n0.log();
+  std::smatch m;
+  ASSERT_TRUE(n0.expect(std::regex(R"(step +20 .* eval ([0-9.e-]+))"), 30s, &m)) << n0.log();
+  const double first_eval = std::stod(m[1]);
+  std::vector<std::unique_ptr<Proc>> joiners;
+  for (int i = 1; i <= 2; ++i)
+    joiners.push_back(std::make_unique<Proc>(
+        std::vector<std::string>{"--peer", addr, "--listen", "127.0.0.1:0", "--state-dir",
+                                 d / ("n" + std::to_string(i)), "--max-steps", "400"}));
+  for (auto& j : joiners) {
+    ASSERT_TRUE(j->expect(std::regex("synced +round"), 60s)) << j->log();
+    // It averages with the others, not only locally.
+    ASSERT_TRUE(j->expect(std::regex("sync [0-9]+ ms with "), 60s)) << j->log();
+    ASSERT_TRUE(j->expect(kStopped, 120s, &m)) << j->log();
+    EXPECT_LT(std::stod(m[3]), 0.5 * first_eval) << j->log();
+    EXPECT_EQ(j->wait_exit(30s), 0) << j->log();
+  }
+  ASSERT_TRUE(n0.expect(kStopped, 120s, &m)) << n0.log();
+  EXPECT_EQ(m[1], "600");
+  EXPECT_LT(std::stod(m[3]), 0.5 * first_eval);
+  EXPECT_EQ(n0.wait_exit(30s), 0) << n0.log();
+  EXPECT_TRUE(fs::exists(d.path / "n0" / "checkpoint.bin"));
+}
+
+TEST(NodeProcess, KilledWithSigkillResumesFromItsCheckpoint) {
+  TempDir d;
+  std::smatch m;
+  {
+    auto a = bootstrap_args(d, "n0");
+    a.erase(std::find(a.begin(), a.end(), "--no-progress"));
+    Proc p(a);
+    ASSERT_TRUE(p.expect(std::regex(R"(step +(\d+) +round +3 )"), 60s, &m)) << p.log();
+    p.kill9();
+  }
+  // Restart on the same state dir (no --bootstrap): the run and its state come from the
+  // checkpoint, and training continues past it.
+  Proc p({"--listen", "127.0.0.1:0", "--state-dir", d / "n0", "--max-steps", "200"});
+  ASSERT_TRUE(p.expect(std::regex(R"(resumed +round (\d+), step (\d+))"), 60s, &m)) << p.log();
+  EXPECT_GE(std::stoi(m[1]), 3);
+  EXPECT_GE(std::stoi(m[2]), 60);
+  ASSERT_TRUE(p.expect(kStopped, 120s, &m)) << p.log();
+  EXPECT_EQ(m[1], "200");
+  EXPECT_EQ(p.wait_exit(30s), 0) << p.log();
+}
+
+TEST(NodeProcess, GarbageOnThePortThenSigtermLeavesCleanly) {
+  TempDir d;
+  auto a = bootstrap_args(d, "n0");
+  a.erase(std::find(a.begin(), a.end(), "--no-progress"));
+  Proc p(a);
+  const auto addr = listen_address(p);
+  ASSERT_FALSE(addr.empty()) << p.log();
+  ASSERT_TRUE(p.expect(std::regex(R"(round +1 )"), 60s)) << p.log();
+  // Random bytes on the node's port, from a few connections.
+  std::mt19937 rng(7);
+  for (int c = 0; c < 5; ++c) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(static_cast<std::uint16_t>(std::stoi(addr.substr(addr.rfind(':') + 1))));
+    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
+    std::vector<char> junk(4096 * (c + 1));
+    for (auto& b : junk) b = static_cast<char>(rng());
+    (void)!write(fd, junk.data(), junk.size());
+    close(fd);
+  }
+  // Still training.
+  ASSERT_TRUE(p.expect(std::regex(R"(round +4 )"), 60s)) << p.log();
+  p.signal(SIGTERM);
+  ASSERT_TRUE(p.expect(kStopped, 60s)) << p.log();
+  EXPECT_EQ(p.wait_exit(30s), 0) << p.log();
+  EXPECT_TRUE(fs::exists(d.path / "n0" / "checkpoint.bin"));
+}
+
+TEST(NodeProcess, ANodeWithoutTheSwarmKeyIsRefused) {
+  TempDir d;
+  auto a = bootstrap_args(d, "n0");
+  a.insert(a.end(), {"--swarm-key-file", d / "swarm.key"});
+  Proc n0(a);
+  const auto addr = listen_address(n0);
+  ASSERT_FALSE(addr.empty()) << n0.log();
+  ASSERT_TRUE(n0.expect(std::regex("join with: echo [0-9a-f]{64} > swarm.key"), 5s)) << n0.log();
+  Proc stranger({"--peer", addr, "--listen", "127.0.0.1:0", "--state-dir", d / "n1"});
+  ASSERT_TRUE(stranger.expect(std::regex("could not reach any --peer"), 60s)) << stranger.log();
+  EXPECT_EQ(stranger.wait_exit(30s), 1);
+  // With the key it joins.
+  Proc friend_({"--peer", addr, "--listen", "127.0.0.1:0", "--state-dir", d / "n2",
+                "--swarm-key-file", d / "swarm.key", "--max-steps", "40"});
+  ASSERT_TRUE(friend_.expect(std::regex("synced +round"), 60s)) << friend_.log();
+  EXPECT_EQ(friend_.wait_exit(60s), 0) << friend_.log();
+}
+
+TEST(NodeProcess, BadArgumentsExitTwoWithAMessage) {
+  for (const auto& args : std::vector<std::vector<std::string>>{{"--inner-steps", "20"},
+                                                                {"--bootstrap", "--lr", "fast"},
+                                                                {"--peer", "nohost"},
+                                                                {"--frobnicate"}}) {
+    Proc p(args);
+    ASSERT_TRUE(p.expect(std::regex("grove-node: .*"), 10s)) << p.log();
+    EXPECT_EQ(p.wait_exit(10s), 2) << p.log();
+  }
+  Proc h({"--help"});
+  ASSERT_TRUE(h.expect(std::regex("Usage:"), 10s));
+  EXPECT_EQ(h.wait_exit(10s), 0);
+}
+
+}  // namespace
