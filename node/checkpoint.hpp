@@ -2,8 +2,9 @@
 //
 // File: "GRVCKPT1", then sections (u32 tag, u64 length, bytes), then the BLAKE2b-256 of
 // everything before it. Sections: the run config text, the node's counters (inner step, round,
-// tokens), the outer state (optim's checksummed form) and the workload's own blob (inner weights
-// θ and the inner optimiser's state). Loading checks the magic, every length against the file and
+// tokens), the outer state (optim's checksummed form) and the workload's own blob (the inner
+// optimiser's state and data position; θ is not stored: a checkpoint is written right after a
+// round, when θ restarts from φ). Loading checks the magic, every length against the file and
 // against `max_bytes`, and the hash, before anything is parsed.
 //
 // Writing: the new checkpoint is first written atomically as `checkpoint.next` (temporary file,
@@ -30,7 +31,7 @@ struct Checkpoint {
   std::uint64_t round = 0;  ///< outer rounds done (== outer.round)
   std::uint64_t tokens = 0;
   optim::OuterState outer;
-  std::vector<std::uint8_t> workload;  ///< Workload::save()
+  std::vector<std::uint8_t> workload;  ///< Workload::save() (optimiser state, not θ)
   friend bool operator==(const Checkpoint&, const Checkpoint&) = default;
 };
 

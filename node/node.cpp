@@ -515,6 +515,7 @@ int Node::Impl::train() {
   event("start", ",\"run\":" + json_string(run_name) + ",\"params\":" + std::to_string(P) +
                      ",\"loss_floor\":" + json_number(workload->loss_floor()));
 
+  const auto training_since = SteadyClock::now();
   const auto done = [&] { return stopping.load() || (o.max_steps && step >= *o.max_steps); };
   bool in_flight = false;
   double tps = 0;
@@ -614,14 +615,19 @@ int Node::Impl::train() {
     const double secs = std::chrono::duration<double>(SteadyClock::now() - t0).count();
     tps = secs > 0 ? static_cast<double>(phase_tokens) / secs : 0;
     if (stopping) break;
-    // A node left alone in a window waits about one inner phase for a partner (a slower node
-    // finishing later still pairs), and not at all when it is the only member.
+    // A node left alone in a window tries later windows for about one inner phase, and at least
+    // one window, so that a slower node, or one whose rounds fall into the other windows, still
+    // pairs (nodes that pair once then share a cadence). Not at all when it is the only member,
+    // once its view has had time to fill (two membership polls).
     {
-      const auto alone = on_strand(
-          dht->executor(), [&] { return members->live(dht::DhtRuntime::wall_now()).size() <= 1; });
+      const bool settled = SteadyClock::now() - training_since > 15s;
+      const bool alone = settled && on_strand(dht->executor(), [&] {
+                           return members->live(dht::DhtRuntime::wall_now()).size() <= 1;
+                         });
+      const auto phase_ms = static_cast<std::int64_t>(secs * 1000);
       const auto patience =
           alone ? dht::Time(0)
-                : dht::Time(std::min<std::int64_t>(60'000, static_cast<std::int64_t>(secs * 1000)));
+                : dht::Time(std::clamp<std::int64_t>(phase_ms, config.window_ms, 60'000));
       round->with_engine([patience](gossip::RoundEngine& e) { e.set_patience(patience); });
     }
     if (in_flight && !wait_round(600s)) break;  // overlap: the previous round first
