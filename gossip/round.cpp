@@ -372,7 +372,11 @@ void RoundEngine::poll_modes(Time now) {
 
 void RoundEngine::request_mode(OuterMode mode, std::optional<std::uint64_t> from_round, Time now,
                                std::function<void(transport::Result<std::uint64_t>)> done) {
-  const std::uint64_t first = state_.round + opts_.mode_lead;
+  // From the highest round any live member has reached (a node that just joined may still be
+  // behind), plus the lead that lets every member see the record before that round.
+  std::uint64_t highest = state_.round;
+  for (const auto& m : members_.live(now)) highest = std::max(highest, m.round);
+  const std::uint64_t first = highest + opts_.mode_lead;
   const std::uint64_t r = from_round.value_or(first);
   if (r < first) {
     if (done) done(transport::make_error_code(errc::rejected));

@@ -4,14 +4,96 @@
 
 #include <spdlog/spdlog.h>
 
+#include <boost/asio/io_context.hpp>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <thread>
+
 #include "node/cli.hpp"
 #include "node/node.hpp"
+#include "node/status.hpp"
 #include "node/workload.hpp"
 #include "transport/error.hpp"
+#include "transport/host.hpp"
+#include "transport/identity.hpp"
 
 #ifndef GROVE_VERSION
 #define GROVE_VERSION "0.1.0"
 #endif
+
+namespace {
+
+using namespace grove;
+
+// `status` and `request`: one request to the local node (address in the state dir) or --peer,
+// over the same encrypted transport (an ephemeral identity; the swarm key when one is set).
+int run_client(const node::CliOptions& o) {
+  std::string target;
+  if (!o.peers.empty()) {
+    target = o.peers.front();
+  } else {
+    const auto dir = o.state_dir.empty() ? node::default_state_dir() : o.state_dir;
+    std::ifstream f(std::filesystem::path(dir) / "node.addr");
+    if (!(f >> target)) {
+      std::fprintf(stderr,
+                   "grove-node: no local node found in %s (start one, or name a member with "
+                   "--peer HOST:PORT)\n",
+                   dir.c_str());
+      return 1;
+    }
+  }
+  boost::asio::io_context io;
+  auto work = boost::asio::make_work_guard(io);
+  std::thread t([&] { io.run(); });
+  transport::HostOptions ho;
+  ho.listen = "";
+  if (o.swarm_key_file) ho.swarm_key = transport::SwarmKey::load(*o.swarm_key_file);
+  auto host = transport::Host::create(io, transport::Identity::generate(), ho);
+  std::string method = "swarm_status", body;
+  if (o.command == node::Command::request) {
+    method = "request_mode";
+    body = node::to_string(o.request_mode);
+    if (o.from_round) body += " " + std::to_string(*o.from_round);
+  }
+  std::promise<transport::Result<transport::Payload>> p;
+  auto fut = p.get_future();
+  host->request(
+      transport::PeerRef::at(target), method,
+      transport::Bytes::copy_of({reinterpret_cast<const std::uint8_t*>(body.data()), body.size()}),
+      transport::Duration(15000),
+      [&p](transport::Result<transport::Payload> r) { p.set_value(std::move(r)); });
+  auto res = fut.get();
+  int rc = 0;
+  if (!res) {
+    std::fprintf(stderr, "grove-node: %s did not answer: %s\n", target.c_str(),
+                 res.error().message().c_str());
+    rc = 1;
+  } else if (o.command == node::Command::request) {
+    const auto b = res->bytes();
+    std::printf("the swarm switches to %s from round %.*s\n", node::to_string(o.request_mode),
+                static_cast<int>(b.size()), reinterpret_cast<const char*>(b.data()));
+  } else {
+    std::string why;
+    auto members = node::decode_status(res->bytes(), &why);
+    if (!members) {
+      std::fprintf(stderr, "grove-node: bad status answer from %s: %s\n", target.c_str(),
+                   why.c_str());
+      rc = 1;
+    } else {
+      std::fputs((o.json ? node::status_json(*members) : node::status_table(*members)).c_str(),
+                 stdout);
+    }
+  }
+  host->shutdown();
+  transport::quiesce_worker_pool();
+  work.reset();
+  io.stop();
+  t.join();
+  return rc;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace grove::node;
@@ -35,11 +117,7 @@ int main(int argc, char** argv) {
   set_gpt_factory(&make_gpt_workload);
 #endif
   try {
-    if (o.command != Command::run) {
-      std::fprintf(stderr, "grove-node: '%s' is not available in this build yet\n",
-                   o.command == Command::status ? "status" : "request");
-      return 1;
-    }
+    if (o.command != Command::run) return run_client(o);
     Node node(o);
     return node.run();
   } catch (const grove::transport::ConfigError& e) {

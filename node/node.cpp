@@ -10,6 +10,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -25,6 +26,7 @@
 
 #include "gossip/round_runtime.hpp"
 #include "node/checkpoint.hpp"
+#include "node/status.hpp"
 #include "node/workload.hpp"
 #include "transport/crypto.hpp"
 #include "transport/identity.hpp"
@@ -196,6 +198,9 @@ struct Node::Impl {
   std::condition_variable cv;
   std::deque<gossip::RoundReport> reports;
   std::atomic<bool> stopping{false};
+  // Set once members and round exist (the request handlers run before that and must not read
+  // them until then).
+  std::atomic<bool> stack_ready{false};
 
   // Progress (training thread), published for status.
   std::uint64_t step = 0, tokens = 0, rounds = 0;
@@ -203,6 +208,11 @@ struct Node::Impl {
   std::uint64_t bytes_sent = 0, bytes_received = 0;
   std::ofstream metrics;
   SteadyClock::time_point started = SteadyClock::now();
+  // What "status" answers: written by the training thread, read on the host strand.
+  std::mutex status_mu;
+  MemberStatus me;
+  double round_time_sum = 0;
+  std::uint64_t round_count = 0;
 
   explicit Impl(CliOptions opts) : o(std::move(opts)) {}
   ~Impl() { shutdown(); }
@@ -247,6 +257,28 @@ struct Node::Impl {
             << ",\"bytes_received\":" << bytes_received << extra << "}\n";
     metrics.flush();
   }
+  void publish_status(const std::string& status) {
+    std::lock_guard lk(status_mu);
+    me.status = status;
+    me.run = run_name;
+    me.address = advertise;
+    me.step = step;
+    me.round = rounds;
+    me.loss = loss_ema;
+    me.eval_loss = last_eval;
+    me.loss_floor = workload ? workload->loss_floor() : NAN;
+    me.bytes_sent = bytes_sent;
+    me.bytes_received = bytes_received;
+    me.round_s = round_count ? round_time_sum / static_cast<double>(round_count) : NAN;
+    me.uptime_s = std::chrono::duration<double>(SteadyClock::now() - started).count();
+  }
+  MemberStatus my_status() {
+    std::lock_guard lk(status_mu);
+    me.uptime_s = std::chrono::duration<double>(SteadyClock::now() - started).count();
+    return me;
+  }
+  void serve_status();
+  void serve_requests();
   Checkpoint make_checkpoint(const optim::OuterState& st) {
     Checkpoint c;
     c.config_text = config.to_text();
@@ -276,6 +308,92 @@ void Node::stop() {
 
 int Node::run() {
   return impl_->train();
+}
+
+// "status": this node. "swarm_status": every live member of the run, each asked "status" in
+// parallel (3 s each); a member that does not answer is listed from its member record.
+void Node::Impl::serve_status() {
+  host->handle("status", [this](const transport::PeerInfo&, transport::Payload,
+                                transport::Responder r) { r.reply(encode_status({my_status()})); });
+  host->handle("swarm_status", [this](const transport::PeerInfo&, transport::Payload,
+                                      transport::Responder r) {
+    // The host strand is the DHT's strand: the member view can be read here.
+    const auto live =
+        stack_ready ? members->live(dht::DhtRuntime::wall_now()) : std::vector<dht::MemberInfo>{};
+    struct Gather {
+      std::mutex mu;
+      std::vector<MemberStatus> out;
+      std::size_t left = 0;
+      std::optional<transport::Responder> responder;
+      void done() {
+        if (--left > 0) return;
+        std::sort(out.begin(), out.end(),
+                  [](const MemberStatus& a, const MemberStatus& b) { return a.node < b.node; });
+        responder->reply(encode_status(out));
+      }
+    };
+    auto g = std::make_shared<Gather>();
+    g->responder.emplace(std::move(r));
+    g->out.push_back(my_status());
+    g->left = 1;
+    for (const auto& m : live) {
+      if (m.id == host->id() || m.addresses.empty()) continue;
+      ++g->left;
+      MemberStatus fallback;
+      fallback.node = transport::to_hex(m.id).substr(0, 16);
+      fallback.address = m.addresses.front();
+      fallback.status = "unreachable";
+      fallback.run = m.run_id;
+      fallback.step = m.step;
+      fallback.round = m.round;
+      fallback.tokens_per_s = m.throughput;
+      fallback.reachable = false;
+      host->request(transport::PeerRef::node(m.id, m.addresses.front()), "status",
+                    transport::Bytes(), transport::Duration(3000),
+                    [g, fallback](transport::Result<transport::Payload> res) {
+                      std::optional<std::vector<MemberStatus>> got;
+                      if (res) got = decode_status(res->bytes(), nullptr);
+                      std::lock_guard lk(g->mu);
+                      g->out.push_back(got && got->size() == 1 ? got->front() : fallback);
+                      g->done();
+                    });
+    }
+    std::lock_guard lk(g->mu);
+    g->done();
+  });
+}
+
+// "request_mode": body = "diloco" or "noloco", optionally followed by " <round>". The node signs
+// the request record (a client that is not a member cannot) and answers with the round it names.
+void Node::Impl::serve_requests() {
+  host->handle("request_mode", [this](const transport::PeerInfo&, transport::Payload body,
+                                      transport::Responder r) {
+    const auto b = body.bytes();
+    const std::string text(reinterpret_cast<const char*>(b.data()),
+                           std::min<std::size_t>(b.size(), 64));
+    const auto sp = text.find(' ');
+    const auto mode = parse_outer(text.substr(0, sp));
+    std::optional<std::uint64_t> from;
+    if (sp != std::string::npos) {
+      std::uint64_t v = 0;
+      const auto rest = text.substr(sp + 1);
+      const auto res = std::from_chars(rest.data(), rest.data() + rest.size(), v);
+      if (res.ec != std::errc() || res.ptr != rest.data() + rest.size())
+        return r.fail(transport::errc::rejected, "bad round in the request");
+      from = v;
+    }
+    if (!mode) return r.fail(transport::errc::rejected, "expected diloco or noloco");
+    if (!stack_ready) return r.fail(transport::errc::rejected, "the node is still starting");
+    auto holder = std::make_shared<std::optional<transport::Responder>>(std::move(r));
+    round->request_mode(
+        *mode == OuterKind::diloco ? gossip::OuterMode::diloco : gossip::OuterMode::noloco, from,
+        [holder](transport::Result<std::uint64_t> res) {
+          if (!*holder) return;
+          if (!res) return (*holder)->fail(transport::errc::remote_error, res.error().message());
+          const std::string a = std::to_string(*res);
+          (*holder)->reply({reinterpret_cast<const std::uint8_t*>(a.data()), a.size()});
+        });
+  });
 }
 
 void Node::Impl::start() {
@@ -325,9 +443,20 @@ void Node::Impl::start() {
   dht = dht::DhtRuntime::create(host, dht::DhtOptions{}, seed_of(host->id()));
   gossip = gossip::GossipRuntime::create(host);
   gossip::serve_state(*host, server);
+  me.node = transport::to_hex(host->id()).substr(0, 16);
+  me.status = "starting";
+  serve_status();
+  serve_requests();
   on_strand(host->executor(), [&] { host->start(); });
   advertise = advertise_address(host->address(), o.peers);
   dht->start(advertise);
+  {
+    // `grove-node status` on this machine finds the node here.
+    const std::string a = advertise + "\n";
+    if (auto e = write_file_atomically(state_dir / "node.addr",
+                                       {reinterpret_cast<const std::uint8_t*>(a.data()), a.size()}))
+      spdlog::warn("could not write {}: {}", (state_dir / "node.addr").string(), e.message());
+  }
   const std::string lan_name =
       "grove-" + (swarm_key
                       ? transport::to_hex(transport::blake2b_256(swarm_key->bytes)).substr(0, 8)
@@ -376,6 +505,7 @@ void Node::Impl::start() {
   round = gossip::RoundRuntime::create(host, dht, gossip, members, server, run_name, {advertise},
                                        round_options(config, o.threads),
                                        [this](const gossip::RoundReport& r) { on_report(r); });
+  stack_ready = true;
   signals.emplace(io, SIGINT, SIGTERM);
   signals->async_wait([this](const boost::system::error_code& e, int sig) {
     if (e) return;
@@ -516,6 +646,8 @@ int Node::Impl::train() {
                      ",\"loss_floor\":" + json_number(workload->loss_floor()));
 
   const auto training_since = SteadyClock::now();
+  SteadyClock::time_point last_round_at{};
+  publish_status("training");
   const auto done = [&] { return stopping.load() || (o.max_steps && step >= *o.max_steps); };
   bool in_flight = false;
   double tps = 0;
@@ -545,6 +677,21 @@ int Node::Impl::train() {
     workload->set_params(theta);
     rounds = st.round;
     checkpoint(st);  // before the round is reported: a printed round is a saved round
+    {
+      const auto now = SteadyClock::now();
+      if (r.kind == gossip::RoundReport::Kind::round &&
+          last_round_at != SteadyClock::time_point{}) {
+        round_time_sum += std::chrono::duration<double>(now - last_round_at).count();
+        ++round_count;
+      }
+      last_round_at = now;
+      std::lock_guard lk(status_mu);
+      me.tokens_per_s = tps;
+      me.last_sync_ms = static_cast<double>(r.sync_time.count());
+      me.last_partner =
+          r.averaged_with.empty() ? "" : transport::to_hex(r.averaged_with.front()).substr(0, 8);
+    }
+    publish_status("training");
     std::string partners;
     for (const auto& id : r.averaged_with)
       partners += std::string(partners.empty() ? "" : ",") +
@@ -566,10 +713,10 @@ int Node::Impl::train() {
                                                 : std::string());
       std::printf(
           "step %6llu  round %4llu  loss %.4f  eval %s (floor %s)  %.0f tok/s  "
-          "%zu members  sync %lld ms %s\n",
+          "%zu members  %s %lld ms %s\n",
           static_cast<unsigned long long>(step), static_cast<unsigned long long>(rounds), loss_ema,
           json_number(last_eval).c_str(), json_number(workload->loss_floor()).c_str(), tps, live,
-          static_cast<long long>(r.sync_time.count()), with.c_str());
+          gossip::to_string(r.mode), static_cast<long long>(r.sync_time.count()), with.c_str());
       std::fflush(stdout);
     }
   };
@@ -616,18 +763,19 @@ int Node::Impl::train() {
     tps = secs > 0 ? static_cast<double>(phase_tokens) / secs : 0;
     if (stopping) break;
     // A node left alone in a window tries later windows for about one inner phase, and at least
-    // one window, so that a slower node, or one whose rounds fall into the other windows, still
-    // pairs (nodes that pair once then share a cadence). Not at all when it is the only member,
-    // once its view has had time to fill (two membership polls).
+    // the next window (patience counts from its first ready record), so that a slower node, or one
+    // whose rounds fall into the other windows, still pairs (nodes that pair once then share a
+    // cadence). Not at all when it is the only member, once its view has had time to fill (two
+    // membership polls).
     {
       const bool settled = SteadyClock::now() - training_since > 15s;
       const bool alone = settled && on_strand(dht->executor(), [&] {
                            return members->live(dht::DhtRuntime::wall_now()).size() <= 1;
                          });
       const auto phase_ms = static_cast<std::int64_t>(secs * 1000);
-      const auto patience =
-          alone ? dht::Time(0)
-                : dht::Time(std::clamp<std::int64_t>(phase_ms, config.window_ms, 60'000));
+      const auto patience = alone ? dht::Time(0)
+                                  : dht::Time(std::clamp<std::int64_t>(
+                                        phase_ms, 2 * std::int64_t{config.window_ms}, 60'000));
       round->with_engine([patience](gossip::RoundEngine& e) { e.set_patience(patience); });
     }
     if (in_flight && !wait_round(600s)) break;  // overlap: the previous round first
@@ -642,6 +790,7 @@ int Node::Impl::train() {
     spdlog::warn("leaving with a round still in flight");
 
   // Leaving: say so in the member record, write the checkpoint, go.
+  publish_status("leaving");
   const auto st = engine_state();
   checkpoint(st);
   {

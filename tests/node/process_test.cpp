@@ -162,7 +162,7 @@ TEST(NodeProcess, ThreeNodesTrainTogetherAndTheirLossDrops) {
   for (auto& j : joiners) {
     ASSERT_TRUE(j->expect(std::regex("synced +round"), 60s)) << j->log();
     // It averages with the others, not only locally.
-    ASSERT_TRUE(j->expect(std::regex("sync [0-9]+ ms with "), 60s)) << j->log();
+    ASSERT_TRUE(j->expect(std::regex("noloco [0-9]+ ms with "), 60s)) << j->log();
     ASSERT_TRUE(j->expect(kStopped, 120s, &m)) << j->log();
     EXPECT_LT(std::stod(m[3]), 0.5 * first_eval) << j->log();
     EXPECT_EQ(j->wait_exit(30s), 0) << j->log();
@@ -241,6 +241,48 @@ TEST(NodeProcess, ANodeWithoutTheSwarmKeyIsRefused) {
                 "--swarm-key-file", d / "swarm.key", "--max-steps", "40"});
   ASSERT_TRUE(friend_.expect(std::regex("synced +round"), 60s)) << friend_.log();
   EXPECT_EQ(friend_.wait_exit(60s), 0) << friend_.log();
+}
+
+TEST(NodeProcess, StatusListsTheMembersAndARequestSwitchesTheSwarmToDiLoCo) {
+  TempDir d;
+  auto a = bootstrap_args(d, "n0");
+  a.erase(std::find(a.begin(), a.end(), "--no-progress"));
+  Proc n0(a);
+  const auto addr = listen_address(n0);
+  ASSERT_FALSE(addr.empty()) << n0.log();
+  Proc n1({"--peer", addr, "--listen", "127.0.0.1:0", "--state-dir", d / "n1"});
+  ASSERT_TRUE(n1.expect(std::regex("noloco [0-9]+ ms with "), 60s)) << n1.log();
+  {
+    // From the member given with --peer: both members, reachable, in the same run.
+    Proc st({"status", "--json", "--peer", addr});
+    std::smatch m;
+    const std::regex line(R"re("node":"([0-9a-f]{16})".*"status":"training".*"reachable":true)re");
+    ASSERT_TRUE(st.expect(line, 20s, &m)) << st.log();
+    const std::string first = m[1];
+    ASSERT_TRUE(st.expect(line, 20s, &m)) << st.log();
+    EXPECT_NE(first, std::string(m[1]));
+    EXPECT_EQ(st.wait_exit(20s), 0) << st.log();
+  }
+  {
+    // From the local node, found through its state dir: a table.
+    Proc st({"status", "--state-dir", d / "n1"});
+    ASSERT_TRUE(st.expect(std::regex("^node +status +step"), 20s)) << st.log();
+    EXPECT_EQ(st.wait_exit(20s), 0) << st.log();
+  }
+  Proc req({"request", "diloco", "--peer", addr});
+  ASSERT_TRUE(req.expect(std::regex("switches to diloco from round [0-9]+"), 30s)) << req.log();
+  EXPECT_EQ(req.wait_exit(20s), 0) << req.log();
+  // The switch reaches both members: their rounds from then on are DiLoCo rounds.
+  ASSERT_TRUE(n0.expect(std::regex("diloco [0-9]+ ms "), 90s)) << n0.log();
+  ASSERT_TRUE(n1.expect(std::regex("diloco [0-9]+ ms "), 90s)) << n1.log();
+  n0.signal(SIGTERM);
+  n1.signal(SIGTERM);
+  EXPECT_EQ(n0.wait_exit(60s), 0) << n0.log();
+  EXPECT_EQ(n1.wait_exit(60s), 0) << n1.log();
+  // Without a node to ask, status says so and fails.
+  Proc none({"status", "--state-dir", d / "nobody"});
+  ASSERT_TRUE(none.expect(std::regex("no local node found"), 10s)) << none.log();
+  EXPECT_EQ(none.wait_exit(10s), 1);
 }
 
 TEST(NodeProcess, BadArgumentsExitTwoWithAMessage) {

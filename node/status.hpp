@@ -1,0 +1,47 @@
+// `grove-node status`: what each member of the swarm reports about itself, its wire form and its
+// two renderings (a table for people, JSON lines for scripts).
+//
+// Every node answers the transport request "status" with its own MemberStatus, and "swarm_status"
+// with the list for every live member of its run (asked in parallel, each with a deadline; a
+// member that does not answer is listed from its DHT member record, marked unreachable). The
+// `status` command sends "swarm_status" to the local node (its address is in the state dir) or to
+// the member given with --peer. Wire form: msgpack array of per-member arrays; decoding is bounded
+// (at most kMaxStatusMembers entries, strings of at most 256 bytes).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace grove::node {
+
+constexpr std::size_t kMaxStatusMembers = 4096;
+
+struct MemberStatus {
+  std::string node;     ///< first 16 hex digits of the node id
+  std::string address;  ///< where it accepts connections
+  std::string status;   ///< joining, training, averaging, leaving, unreachable
+  std::string run;
+  std::uint64_t step = 0, round = 0;
+  double loss = NAN, eval_loss = NAN, loss_floor = NAN;
+  double tokens_per_s = NAN;
+  double last_sync_ms = NAN;  ///< the last round's submit-to-new-weights time
+  std::string last_partner;   ///< first 8 hex digits ("" when local-only)
+  std::uint64_t bytes_sent = 0, bytes_received = 0;
+  double round_s = NAN;  ///< mean wall time of a round (inner phase + averaging)
+  double uptime_s = NAN;
+  bool reachable = true;
+};
+
+std::vector<std::uint8_t> encode_status(const std::vector<MemberStatus>& members);
+std::optional<std::vector<MemberStatus>> decode_status(std::span<const std::uint8_t> bytes,
+                                                       std::string* why);
+/// One JSON object per line.
+std::string status_json(const std::vector<MemberStatus>& members);
+/// An aligned table with a header line.
+std::string status_table(const std::vector<MemberStatus>& members);
+
+}  // namespace grove::node
