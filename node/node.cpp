@@ -155,23 +155,6 @@ gossip::RoundOptions round_options(const RunConfig& c, unsigned threads) {
   return o;
 }
 
-std::string json_number(double v) {
-  if (!std::isfinite(v)) return "null";
-  char b[32];
-  std::snprintf(b, sizeof b, "%.6g", v);
-  return b;
-}
-
-std::string json_string(const std::string& s) {
-  std::string r = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') r += '\\';
-    if (static_cast<unsigned char>(c) < 0x20) continue;
-    r += c;
-  }
-  return r + "\"";
-}
-
 }  // namespace
 
 struct Node::Impl {

@@ -43,7 +43,9 @@ std::string num(double v, const char* fmt) {
   return b;
 }
 
-std::string json_str(const std::string& s) {
+}  // namespace
+
+std::string json_string(const std::string& s) {
   std::string r = "\"";
   for (char c : s) {
     if (static_cast<unsigned char>(c) < 0x20) continue;
@@ -53,13 +55,12 @@ std::string json_str(const std::string& s) {
   return r + "\"";
 }
 
-std::string json_num(double v) {
+std::string json_number(double v) {
   if (!std::isfinite(v)) return "null";
   char b[32];
   std::snprintf(b, sizeof b, "%.6g", v);
   return b;
 }
-}  // namespace
 
 std::vector<std::uint8_t> encode_status(const std::vector<MemberStatus>& members) {
   msgpack::sbuffer sb;
@@ -133,17 +134,17 @@ std::optional<std::vector<MemberStatus>> decode_status(std::span<const std::uint
 std::string status_json(const std::vector<MemberStatus>& members) {
   std::string s;
   for (const auto& m : members) {
-    s += "{\"node\":" + json_str(m.node) + ",\"address\":" + json_str(m.address) +
-         ",\"status\":" + json_str(m.status) + ",\"run\":" + json_str(m.run) +
+    s += "{\"node\":" + json_string(m.node) + ",\"address\":" + json_string(m.address) +
+         ",\"status\":" + json_string(m.status) + ",\"run\":" + json_string(m.run) +
          ",\"step\":" + std::to_string(m.step) + ",\"round\":" + std::to_string(m.round) +
-         ",\"loss\":" + json_num(m.loss) + ",\"eval_loss\":" + json_num(m.eval_loss) +
-         ",\"loss_floor\":" + json_num(m.loss_floor) +
-         ",\"tokens_per_s\":" + json_num(m.tokens_per_s) +
-         ",\"last_sync_ms\":" + json_num(m.last_sync_ms) +
-         ",\"last_partner\":" + json_str(m.last_partner) +
+         ",\"loss\":" + json_number(m.loss) + ",\"eval_loss\":" + json_number(m.eval_loss) +
+         ",\"loss_floor\":" + json_number(m.loss_floor) +
+         ",\"tokens_per_s\":" + json_number(m.tokens_per_s) +
+         ",\"last_sync_ms\":" + json_number(m.last_sync_ms) +
+         ",\"last_partner\":" + json_string(m.last_partner) +
          ",\"bytes_sent\":" + std::to_string(m.bytes_sent) +
          ",\"bytes_received\":" + std::to_string(m.bytes_received) +
-         ",\"round_s\":" + json_num(m.round_s) + ",\"uptime_s\":" + json_num(m.uptime_s) +
+         ",\"round_s\":" + json_number(m.round_s) + ",\"uptime_s\":" + json_number(m.uptime_s) +
          ",\"reachable\":" + (m.reachable ? "true" : "false") + "}\n";
   }
   return s;
