@@ -195,6 +195,7 @@ void Matchmaker::on_read(std::uint64_t attempt, dht::GetResult res) {
   for (const auto& [round, count] : rounds)  // ascending: ties go to the higher round
     if (count >= best) best = count, r.swarm_round = round;
   if (r.average_phi) r.swarm_round = highest;
+  r.at_swarm_round = rounds.count(r.swarm_round) ? rounds[r.swarm_round] : 0;
   std::vector<NodeId> ids;
   for (const auto& e : seen)
     if (!opts_.same_round || r.average_phi || e.round == r.swarm_round) ids.push_back(e.id);

@@ -86,11 +86,12 @@ struct MatchResult {
   std::uint64_t window = 0;
   std::vector<NodeId> group;  ///< our group, ourselves included; size 1 = no partner
   std::map<NodeId, std::string> addresses;
-  std::size_t ready_seen = 0;     ///< ready records of this window that passed the checks
-  std::string note;               ///< why the group is of one, when it is
-  std::uint64_t swarm_round = 0;  ///< the round most ready records name (average_phi: the highest)
-  bool out_of_sync = false;       ///< same_round: our round is not the swarm round
-  bool average_phi = false;       ///< same_round: the group averages φ too
+  std::size_t ready_seen = 0;      ///< ready records of this window that passed the checks
+  std::string note;                ///< why the group is of one, when it is
+  std::uint64_t swarm_round = 0;   ///< the round most ready records name (average_phi: the highest)
+  std::size_t at_swarm_round = 0;  ///< ready records at swarm_round (they will end it together)
+  bool out_of_sync = false;        ///< same_round: our round is not the swarm round
+  bool average_phi = false;        ///< same_round: the group averages φ too
 };
 
 class Matchmaker {

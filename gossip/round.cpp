@@ -133,20 +133,37 @@ void RoundEngine::on_match(MatchResult m, Time now) {
   r.group = m.group;
   const bool diloco = round_mode_ == OuterMode::diloco;
   if (diloco && m.out_of_sync) {
-    begin_sync(m.swarm_round + 1, false,
-               "left out of round " + std::to_string(state_.round) + ": " + m.note, now);
+    // Behind the window's majority: take the state that group will hold after its round, or,
+    // when only one member is at that round (it waits for the others), the state it holds now.
+    const std::uint64_t want = m.at_swarm_round >= 2 ? m.swarm_round + 1 : m.swarm_round;
+    begin_sync(want, false, "left out of round " + std::to_string(state_.round) + ": " + m.note,
+               now);
     return;
   }
   if (m.group.size() < 2) {
     r.note = m.note;
-    bool others = false;
-    for (const auto& mem : members_.live(now)) others |= mem.id != dht_.id();
-    if (diloco && others) {
+    bool others = false, ahead = false;
+    for (const auto& mem : members_.live(now)) {
+      if (mem.id == dht_.id()) continue;
+      others = true;
+      ahead |= mem.round > state_.round;
+    }
+    if (diloco && others && !ahead && now - submitted_ < opts_.group_wait) {
+      // Nobody has ended this round without us: wait in the next windows for the group.
+      auto& mm = *groups_;
+      mm.ready(state_.round, addresses_, now,
+               guarded(alive_, [this](MatchResult m2) { on_match(std::move(m2), dht_.now()); }),
+               entering_diloco_);
+      return;
+    }
+    if (diloco && ahead) {
       // The others averaged without us: our slow weights would differ from theirs from now on.
       begin_sync(state_.round + 1, false,
                  "left out of round " + std::to_string(state_.round) + ": " + m.note, now);
       return;
     }
+    if (diloco && others)
+      r.note += "; waited " + std::to_string(opts_.group_wait.count() / 1000) + " s for the group";
     apply_local(r);
     return finish_round(std::move(r), now);
   }

@@ -57,6 +57,13 @@ struct RoundOptions {
   std::uint32_t snapshot_chunk = 4u << 20;
   StateSyncOptions sync;     ///< max_size bounds a joiner's download (catch-up: 3 × φ's bytes)
   Time offers_wait{20'000};  ///< how long a sync looks for offers before giving up
+  /// DiLoCo: a member left alone in its window while no live member is ahead of its round (the
+  /// others have not ended this round either: they are still training, or behind and catching
+  /// up) keeps declaring itself ready in the following windows for up to this long, so that the
+  /// group meets again; syncing would find no newer state, and a step of its own would split the
+  /// group's slow weights. Past this bound it takes the local step (the others then catch up
+  /// from it). A member that others have left behind catches up by state sync at once.
+  Time group_wait{120'000};
   std::size_t max_values = std::size_t{1} << 31;
   unsigned threads = 0;  ///< optim threads (0 = all)
 };

@@ -247,6 +247,30 @@ TEST(RoundEngine, DiLoCoStragglerIsLeftOutAndCatchesUp) {
   expect_identical_per_round(s, 15);
 }
 
+// Two DiLoCo members whose rounds end in different windows (and no patience to bridge them): the
+// one left alone waits in the next windows for the other instead of syncing (no newer state
+// exists) or stepping alone, so that they average together every round.
+TEST(RoundEngine, DiLoCoMembersInDifferentWindowsWaitForEachOther) {
+  for (const auto offset : {ms(0), ms(900), ms(1700), ms(2600)}) {
+    auto o = fast_options(OuterMode::diloco);
+    o.round.match.patience = ms(0);
+    Swarm s(21, o);
+    s.bootstrap({ms(3000), {}});
+    s.run_for(offset);
+    s.join(0, {ms(3000), {}});
+    s.run_for(ms(90'000));
+    for (std::size_t i = 0; i < 2; ++i) {
+      std::size_t joint = 0;
+      for (const auto& r : s.reports(i))
+        joint += r.kind == RoundReport::Kind::round && !r.local_only;
+      EXPECT_GE(s.rounds(i), 10u) << "offset " << offset.count() << " node " << i;
+      EXPECT_GE(joint + 2, s.rounds(i)) << "offset " << offset.count() << " node " << i;
+    }
+    EXPECT_LE(s.engine(1).syncs(), 2u) << "offset " << offset.count();
+    expect_identical_per_round(s, 8);
+  }
+}
+
 TEST(RoundEngine, DiLoCoMemberKilledMidAllReduceLeavesSurvivorsIdentical) {
   auto o = fast_options(OuterMode::diloco);
   o.params = 1 << 16;  // an all-reduce that takes a while on the modelled links
