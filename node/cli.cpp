@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <functional>
 #include <map>
+#include <string_view>
+#include <utility>
 
 namespace grove::node {
 
@@ -132,6 +134,53 @@ const std::map<std::string, Setter>& config_options() {
 
 }  // namespace
 
+CliOptions::LinkEmulation parse_link_emulation(const std::string& opt, const std::string& v) {
+  const auto bad = [&] {
+    return CliError(opt +
+                    ": expected RATE[,RTT[,LOSS]] such as 100mbit,100ms or 1gbit,20ms,0.01, "
+                    "got '" +
+                    v + "'");
+  };
+  std::vector<std::string> parts;
+  for (std::size_t at = 0;;) {
+    const auto comma = v.find(',', at);
+    parts.push_back(v.substr(at, comma == std::string::npos ? std::string::npos : comma - at));
+    if (comma == std::string::npos) break;
+    at = comma + 1;
+  }
+  if (parts.size() > 3) throw bad();
+  CliOptions::LinkEmulation e;
+  const auto number = [&](std::string_view t, double& x) {
+    const auto r = std::from_chars(t.data(), t.data() + t.size(), x);
+    return !t.empty() && r.ec == std::errc() && r.ptr == t.data() + t.size() && std::isfinite(x) &&
+           x >= 0;
+  };
+  {
+    std::string_view r = parts[0];
+    double scale = 0;
+    for (const auto& [unit, bits] :
+         {std::pair<std::string_view, double>{"kbit", 1e3}, {"mbit", 1e6}, {"gbit", 1e9}})
+      if (r.size() > unit.size() && r.substr(r.size() - unit.size()) == unit) {
+        scale = bits;
+        r.remove_suffix(unit.size());
+      }
+    double x = 0;
+    if (r == "0") scale = 1;
+    if (scale == 0 || !number(r, x) || x * scale > 1e12) throw bad();
+    e.bytes_per_sec = x * scale / 8;
+  }
+  if (parts.size() > 1) {
+    std::string_view t = parts[1];
+    if (t.size() < 3 || t.substr(t.size() - 2) != "ms") throw bad();
+    t.remove_suffix(2);
+    double x = 0;
+    if (!number(t, x) || x > 60'000) throw bad();
+    e.rtt_ms = static_cast<std::uint32_t>(x);
+  }
+  if (parts.size() > 2 && (!number(parts[2], e.loss) || e.loss >= 1)) throw bad();
+  return e;
+}
+
 std::string usage() {
   return R"(grove-node: peer-to-peer training without a coordinator
 
@@ -163,6 +212,9 @@ Node options (any node):
   --threads N             compute threads (default: all)
   --log-level LEVEL       trace, debug, info, warn, error or off (default info)
   --no-progress           no live progress line
+  --emulate-link RATE[,RTT[,LOSS]]
+                          testing: slow every link of this node in-process, e.g. 100mbit,100ms
+                          (RATE in kbit, mbit or gbit per second; RTT added; LOSS of frames)
 
 Run config (only with --bootstrap; fixed for the run, joiners take it from the swarm):
   --workload gpt|mlp      byte-level GPT language model (default) or a tiny MLP (for tests)
@@ -280,6 +332,9 @@ CliOptions parse_cli(int argc, const char* const* argv) {
     } else if (a == "--threads") {
       run_only();
       o.threads = static_cast<unsigned>(parse_whole(a, value(a), 1, 1024));
+    } else if (a == "--emulate-link") {
+      run_only();
+      o.emulate_link = parse_link_emulation(a, value(a));
     } else if (a == "--no-progress") {
       run_only();
       o.progress = false;

@@ -45,6 +45,14 @@ struct CliOptions {
   unsigned threads = 0;  ///< 0: all hardware threads
   std::string log_level = "info";
   bool progress = true;  ///< live progress line on a terminal
+  /// --emulate-link RATE[,RTT[,LOSS]]: every link of this node is slowed in-process (testing and
+  /// benchmarks on one machine; this kernel has no netem).
+  struct LinkEmulation {
+    double bytes_per_sec = 0;  ///< 0 = unlimited
+    std::uint32_t rtt_ms = 0;  ///< half is added to every frame this node sends
+    double loss = 0;           ///< probability that a frame this node sends is dropped
+  };
+  std::optional<LinkEmulation> emulate_link;
   // status / request
   bool json = false;
   OuterKind request_mode = OuterKind::diloco;
@@ -53,6 +61,9 @@ struct CliOptions {
 
 /// Parses argv (argv[0] is the program). Throws CliError.
 CliOptions parse_cli(int argc, const char* const* argv);
+/// "100mbit,100ms", "1gbit", "500kbit,40ms,0.01": the rate (kbit, mbit or gbit per second; 0 =
+/// unlimited), the round-trip time it adds, the loss. Throws CliError.
+CliOptions::LinkEmulation parse_link_emulation(const std::string& opt, const std::string& v);
 /// The complete --help text.
 std::string usage();
 /// $XDG_DATA_HOME/grove-node, else $HOME/.local/share/grove-node, else ./grove-state.

@@ -4,12 +4,14 @@
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <charconv>
 #include <chrono>
 #include <cmath>
@@ -42,6 +44,7 @@ namespace {
 
 constexpr const char* kRunsKey = "grove-runs";
 constexpr dht::Time kRunRecordTtl{23 * 3600 * 1000};
+constexpr auto kRunRecordRefresh = std::chrono::hours(6);  // well inside the TTL
 
 // Runs fn on `ex` and waits for its result (start-up and shutdown only; never on the strand).
 template <class F>
@@ -172,6 +175,7 @@ struct Node::Impl {
   std::shared_ptr<gossip::RoundRuntime> round;
   std::unique_ptr<Workload> workload;
   std::optional<asio::signal_set> signals;
+  std::optional<asio::steady_timer> run_timer;  // re-publishes the run record
   RunConfig config;
   std::string run_name, advertise;
   std::optional<Checkpoint> resume;
@@ -196,11 +200,22 @@ struct Node::Impl {
   MemberStatus me;
   double round_time_sum = 0;
   std::uint64_t round_count = 0;
+  // For the live line and the final summary (training thread).
+  double compute_s = 0, eval_s = 0, sync_ms_sum = 0, first_eval = NAN;
+  std::uint64_t rounds_averaged = 0, rounds_local = 0, syncs = 0;
+  std::size_t live_members = 1;
+  std::string last_sync;  // "with ab12cd34 840 ms 1.2 MB", for the live line
+  bool tty = ::isatty(STDOUT_FILENO) != 0;
+  SteadyClock::time_point last_live{};
 
   explicit Impl(CliOptions opts) : o(std::move(opts)) {}
   ~Impl() { shutdown(); }
 
   void start();
+  void evaluate();
+  void live_line(std::uint64_t phase_tokens, SteadyClock::time_point phase_start);
+  void summary(SteadyClock::time_point training_since);
+  void publish_run();
   void find_run();
   int train();
   void shutdown();
@@ -422,6 +437,16 @@ void Node::Impl::start() {
   transport::HostOptions ho;
   ho.listen = o.listen;
   ho.swarm_key = swarm_key;
+  if (o.emulate_link) {
+    transport::FaultConfig fc;
+    fc.latency = transport::Duration(o.emulate_link->rtt_ms / 2);
+    fc.bandwidth_bytes_per_sec = o.emulate_link->bytes_per_sec;
+    fc.loss = o.emulate_link->loss;
+    ho.faults = std::make_shared<transport::FaultPlan>(seed_of(identity.id()));
+    ho.faults->set_default(fc);
+    spdlog::info("emulating links: {:.0f} Mbit/s, +{} ms round trip, {:.1f}% loss",
+                 fc.bandwidth_bytes_per_sec * 8 / 1e6, o.emulate_link->rtt_ms, 100 * fc.loss);
+  }
   host = transport::Host::create(io, identity, ho);
   dht = dht::DhtRuntime::create(host, dht::DhtOptions{}, seed_of(host->id()));
   gossip = gossip::GossipRuntime::create(host);
@@ -467,11 +492,10 @@ void Node::Impl::start() {
       find_run();
     }
   }
-  // Every member publishes the run's config (its own signed copy), so it outlives the bootstrap.
-  const std::string text = config.to_text();
-  dht->put_signed(dht::key_of(kRunsKey), run_name,
-                  static_cast<std::uint64_t>(dht::DhtRuntime::wall_now().count()), kRunRecordTtl,
-                  std::vector<std::uint8_t>(text.begin(), text.end()));
+  // Every member publishes the run's config (its own signed copy), so it outlives the bootstrap,
+  // and refreshes it while it runs.
+  run_timer.emplace(io);
+  publish_run();
 
   WorkloadSpec spec;
   spec.config = config;
@@ -495,6 +519,17 @@ void Node::Impl::start() {
     spdlog::info("signal {}: finishing the round in flight, then leaving", sig);
     stopping = true;
     cv.notify_all();
+  });
+}
+
+void Node::Impl::publish_run() {
+  const std::string text = config.to_text();
+  dht->put_signed(dht::key_of(kRunsKey), run_name,
+                  static_cast<std::uint64_t>(dht::DhtRuntime::wall_now().count()), kRunRecordTtl,
+                  std::vector<std::uint8_t>(text.begin(), text.end()));
+  run_timer->expires_after(kRunRecordRefresh);
+  run_timer->async_wait([this](const boost::system::error_code& e) {
+    if (!e && !stopping) publish_run();
   });
 }
 
@@ -681,25 +716,47 @@ int Node::Impl::train() {
                   json_string(transport::to_hex(id).substr(0, 16));
     const auto live = on_strand(dht->executor(),
                                 [&] { return members->live(dht::DhtRuntime::wall_now()).size(); });
+    live_members = live;
+    const bool is_round = r.kind == gossip::RoundReport::Kind::round;
+    if (is_round) {
+      ++(r.local_only ? rounds_local : rounds_averaged);
+      sync_ms_sum += static_cast<double>(r.sync_time.count());
+    } else {
+      ++syncs;
+    }
+    {
+      char b[128];
+      std::snprintf(
+          b, sizeof b, "%s, %lld ms, %.2f/%.2f MB",
+          r.averaged_with.empty()
+              ? (is_round ? "local-only" : "state sync")
+              : ("with " + transport::to_hex(r.averaged_with.front()).substr(0, 8) +
+                 (r.averaged_with.size() > 1 ? " +" + std::to_string(r.averaged_with.size() - 1)
+                                             : std::string()))
+                    .c_str(),
+          static_cast<long long>(r.sync_time.count()), static_cast<double>(r.bytes_sent) / 1e6,
+          static_cast<double>(r.bytes_received) / 1e6);
+      last_sync = b;
+    }
+    const double wall = std::chrono::duration<double>(SteadyClock::now() - training_since).count();
     event(r.kind == gossip::RoundReport::Kind::round ? "round" : "synced",
           ",\"mode\":" + json_string(gossip::to_string(r.mode)) + ",\"partners\":[" + partners +
               "],\"sync_ms\":" + std::to_string(r.sync_time.count()) +
               ",\"members\":" + std::to_string(live) + ",\"tokens_per_s\":" + json_number(tps) +
               ",\"eval_loss\":" + json_number(last_eval) +
-              ",\"param_hash\":" + json_string(transport::to_hex(r.weights_hash).substr(0, 16)));
+              ",\"param_hash\":" + json_string(transport::to_hex(r.weights_hash).substr(0, 16)) +
+              ",\"round_bytes_sent\":" + std::to_string(r.bytes_sent) +
+              ",\"round_bytes_received\":" + std::to_string(r.bytes_received) + ",\"local_only\":" +
+              (r.local_only ? "true" : "false") + ",\"compute_s\":" + json_number(compute_s) +
+              ",\"eval_s\":" + json_number(eval_s) + ",\"wall_s\":" + json_number(wall));
     if (o.progress) {
-      const std::string with =
-          r.averaged_with.empty()
-              ? std::string("local-only")
-              : "with " + transport::to_hex(r.averaged_with.front()).substr(0, 8) +
-                    (r.averaged_with.size() > 1 ? " +" + std::to_string(r.averaged_with.size() - 1)
-                                                : std::string());
       std::printf(
-          "step %6llu  round %4llu  loss %.4f  eval %s (floor %s)  %.0f tok/s  "
-          "%zu members  %s %lld ms %s\n",
-          static_cast<unsigned long long>(step), static_cast<unsigned long long>(rounds), loss_ema,
-          json_number(last_eval).c_str(), json_number(workload->loss_floor()).c_str(), tps, live,
-          gossip::to_string(r.mode), static_cast<long long>(r.sync_time.count()), with.c_str());
+          "%sstep %6llu  round %4llu  loss %.4f  eval %s (floor %s)  %.0f tok/s  "
+          "%zu members  %s %s\n",
+          tty ? "\r\033[K" : "", static_cast<unsigned long long>(step),
+          static_cast<unsigned long long>(rounds), loss_ema, json_number(last_eval).c_str(),
+          json_number(workload->loss_floor()).c_str(), tps, live, gossip::to_string(r.mode),
+          last_sync.c_str());
       std::fflush(stdout);
     }
   };
@@ -730,17 +787,20 @@ int Node::Impl::train() {
     const auto t0 = SteadyClock::now();
     std::uint64_t phase_tokens = 0;
     for (std::uint32_t h = 0; h < config.inner_steps && !done(); ++h) {
+      const auto s0 = SteadyClock::now();
       const auto r = workload->train_step(step);
+      compute_s += std::chrono::duration<double>(SteadyClock::now() - s0).count();
       ++step;
       tokens += r.tokens;
       phase_tokens += r.tokens;
       loss_ema = std::isfinite(loss_ema) ? 0.9 * loss_ema + 0.1 * r.loss : r.loss;
       if (step % config.eval_every == 0) {
-        last_eval = workload->evaluate();
+        evaluate();
         event("eval", ",\"eval_loss\":" + json_number(last_eval) +
                           ",\"loss_floor\":" + json_number(workload->loss_floor()));
       }
       if (in_flight) take_ready();
+      live_line(phase_tokens, t0);
     }
     const double secs = std::chrono::duration<double>(SteadyClock::now() - t0).count();
     tps = secs > 0 ? static_cast<double>(phase_tokens) / secs : 0;
@@ -783,24 +843,79 @@ int Node::Impl::train() {
         [this, &p](dht::DhtNode&, dht::Time now) { members->leave(now, [&p] { p.set_value(); }); });
     f.wait_for(3s);
   }
-  last_eval = workload->evaluate();
-  event("stop", ",\"eval_loss\":" + json_number(last_eval) +
-                    ",\"loss_floor\":" + json_number(workload->loss_floor()));
-  std::printf(
-      "stopped at step %llu, round %llu: eval loss %s (floor %s), %.1f MB sent, %.1f MB "
-      "received, %.0f s\n",
-      static_cast<unsigned long long>(step), static_cast<unsigned long long>(rounds),
-      json_number(last_eval).c_str(), json_number(workload->loss_floor()).c_str(),
-      static_cast<double>(bytes_sent) / 1e6, static_cast<double>(bytes_received) / 1e6,
-      std::chrono::duration<double>(SteadyClock::now() - started).count());
-  std::fflush(stdout);
+  evaluate();
+  summary(training_since);
   return 0;
+}
+
+void Node::Impl::evaluate() {
+  const auto t0 = SteadyClock::now();
+  last_eval = workload->evaluate();
+  eval_s += std::chrono::duration<double>(SteadyClock::now() - t0).count();
+  if (std::isnan(first_eval)) first_eval = last_eval;
+}
+
+// On a terminal: one line rewritten in place about once a second during the inner steps.
+void Node::Impl::live_line(std::uint64_t phase_tokens, SteadyClock::time_point phase_start) {
+  if (!o.progress || !tty) return;
+  const auto now = SteadyClock::now();
+  if (now - last_live < 1s) return;
+  last_live = now;
+  const double secs = std::chrono::duration<double>(now - phase_start).count();
+  const double rate = secs > 0 ? static_cast<double>(phase_tokens) / secs : 0;
+  std::printf("\r\033[Kstep %llu  loss %.4f  eval %s (floor %s)  %.0f tok/s  %zu members  %s",
+              static_cast<unsigned long long>(step), loss_ema, json_number(last_eval).c_str(),
+              json_number(workload->loss_floor()).c_str(), rate, live_members,
+              last_sync.empty() ? "no sync yet" : ("last sync " + last_sync).c_str());
+  std::fflush(stdout);
+}
+
+// The run's outcome for this node: stdout, and the "stop" metrics event.
+void Node::Impl::summary(SteadyClock::time_point training_since) {
+  const double wall = std::chrono::duration<double>(SteadyClock::now() - training_since).count();
+  const double util = wall - eval_s > 0 ? compute_s / (wall - eval_s) : NAN;
+  rusage ru{};
+  ::getrusage(RUSAGE_SELF, &ru);
+  const double peak = static_cast<double>(ru.ru_maxrss) * 1024.0;
+  const double param_bytes = 4.0 * static_cast<double>(workload->num_params());
+  event("stop",
+        ",\"eval_loss\":" + json_number(last_eval) + ",\"first_eval_loss\":" +
+            json_number(first_eval) + ",\"loss_floor\":" + json_number(workload->loss_floor()) +
+            ",\"rounds_averaged\":" + std::to_string(rounds_averaged) +
+            ",\"rounds_local\":" + std::to_string(rounds_local) +
+            ",\"syncs\":" + std::to_string(syncs) + ",\"compute_s\":" + json_number(compute_s) +
+            ",\"eval_s\":" + json_number(eval_s) + ",\"wall_s\":" + json_number(wall) +
+            ",\"utilization\":" + json_number(util) + ",\"peak_rss_bytes\":" + json_number(peak) +
+            ",\"param_bytes\":" + json_number(param_bytes));
+  const std::uint64_t n_rounds = rounds_averaged + rounds_local;
+  std::printf(
+      "%sstopped at step %llu, round %llu: eval loss %s (floor %s; %s at the first "
+      "evaluation)\n",
+      o.progress && tty ? "\r\033[K" : "", static_cast<unsigned long long>(step),
+      static_cast<unsigned long long>(rounds), json_number(last_eval).c_str(),
+      json_number(workload->loss_floor()).c_str(), json_number(first_eval).c_str());
+  std::printf("  node      %s, run %s, %.2f M tokens trained here\n", me.node.c_str(),
+              run_name.c_str(), static_cast<double>(tokens) / 1e6);
+  std::printf(
+      "  rounds    %llu here: %llu averaged, %llu local-only; %llu state sync(s)\n",
+      static_cast<unsigned long long>(n_rounds), static_cast<unsigned long long>(rounds_averaged),
+      static_cast<unsigned long long>(rounds_local), static_cast<unsigned long long>(syncs));
+  std::printf("  traffic   %.1f MB sent, %.1f MB received; mean sync %.0f ms, mean round %.1f s\n",
+              static_cast<double>(bytes_sent) / 1e6, static_cast<double>(bytes_received) / 1e6,
+              n_rounds ? sync_ms_sum / static_cast<double>(n_rounds) : 0.0,
+              round_count ? round_time_sum / static_cast<double>(round_count) : 0.0);
+  std::printf("  compute   %.1f%% of %.0f s in inner steps (%.0f s evaluating)\n", 100 * util, wall,
+              eval_s);
+  std::printf("  memory    peak %.0f MB resident; parameters %.1f MB\n", peak / 1e6,
+              param_bytes / 1e6);
+  std::fflush(stdout);
 }
 
 void Node::Impl::shutdown() {
   if (!io_thread.joinable()) return;
   if (dht) dht->stop();
   if (signals) asio::post(io, [this] { signals->cancel(); });
+  if (run_timer) asio::post(io, [this] { run_timer->cancel(); });
   if (host) host->shutdown();
   transport::quiesce_worker_pool();
   work.reset();

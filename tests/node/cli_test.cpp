@@ -93,6 +93,26 @@ TEST(Cli, BadInputNamesTheProblem) {
   EXPECT_EQ(error_of({"--bootstrap"}), "");
 }
 
+TEST(Cli, LinkEmulation) {
+  const auto e = parse_link_emulation("--emulate-link", "100mbit,100ms");
+  EXPECT_DOUBLE_EQ(e.bytes_per_sec, 12.5e6);
+  EXPECT_EQ(e.rtt_ms, 100u);
+  EXPECT_EQ(e.loss, 0.0);
+  const auto f = parse_link_emulation("--emulate-link", "1.5gbit,0ms,0.01");
+  EXPECT_DOUBLE_EQ(f.bytes_per_sec, 1.5e9 / 8);
+  EXPECT_EQ(f.rtt_ms, 0u);
+  EXPECT_DOUBLE_EQ(f.loss, 0.01);
+  EXPECT_EQ(parse_link_emulation("--emulate-link", "0,40ms").bytes_per_sec, 0.0);
+  EXPECT_EQ(parse_link_emulation("--emulate-link", "512kbit").bytes_per_sec, 64e3);
+  for (const char* bad : {"", "100", "100mbps", "mbit", "-1mbit", "100mbit,100", "100mbit,ms",
+                          "100mbit,100ms,1", "100mbit,100ms,0.1,3", "nanmbit", "100mbit,,"})
+    EXPECT_THROW(parse_link_emulation("--emulate-link", bad), CliError) << bad;
+  const char* argv[] = {"grove-node", "--emulate-link", "10mbit,50ms"};
+  EXPECT_EQ(parse_cli(3, argv).emulate_link->rtt_ms, 50u);
+  const char* status[] = {"grove-node", "status", "--emulate-link", "10mbit"};
+  EXPECT_THROW(parse_cli(4, status), CliError);
+}
+
 TEST(Cli, HelpDocumentsEveryOption) {
   const auto help = usage();
   for (const char* opt :
@@ -103,7 +123,7 @@ TEST(Cli, HelpDocumentsEveryOption) {
         "--warmup",    "--schedule-steps", "--weight-decay", "--clip",        "--outer",
         "--outer-lr",  "--outer-momentum", "--noloco-alpha", "--noloco-beta", "--noloco-gamma",
         "--codec",     "--eval-every",     "--eval-batches", "status",        "request",
-        "--json",      "--from-round"})
+        "--json",      "--from-round",     "--emulate-link"})
     EXPECT_NE(help.find(opt), std::string::npos) << opt;
 }
 

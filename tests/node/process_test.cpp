@@ -162,7 +162,7 @@ TEST(NodeProcess, ThreeNodesTrainTogetherAndTheirLossDrops) {
   for (auto& j : joiners) {
     ASSERT_TRUE(j->expect(std::regex("synced +round"), 60s)) << j->log();
     // It averages with the others, not only locally.
-    ASSERT_TRUE(j->expect(std::regex("noloco [0-9]+ ms with "), 60s)) << j->log();
+    ASSERT_TRUE(j->expect(std::regex("noloco with "), 60s)) << j->log();
     ASSERT_TRUE(j->expect(kStopped, 120s, &m)) << j->log();
     EXPECT_LT(std::stod(m[3]), 0.5 * first_eval) << j->log();
     EXPECT_EQ(j->wait_exit(30s), 0) << j->log();
@@ -251,7 +251,7 @@ TEST(NodeProcess, StatusListsTheMembersAndARequestSwitchesTheSwarmToDiLoCo) {
   const auto addr = listen_address(n0);
   ASSERT_FALSE(addr.empty()) << n0.log();
   Proc n1({"--peer", addr, "--listen", "127.0.0.1:0", "--state-dir", d / "n1"});
-  ASSERT_TRUE(n1.expect(std::regex("noloco [0-9]+ ms with "), 60s)) << n1.log();
+  ASSERT_TRUE(n1.expect(std::regex("noloco with "), 60s)) << n1.log();
   {
     // From the member given with --peer: both members, reachable, in the same run.
     Proc st({"status", "--json", "--peer", addr});
@@ -273,8 +273,8 @@ TEST(NodeProcess, StatusListsTheMembersAndARequestSwitchesTheSwarmToDiLoCo) {
   ASSERT_TRUE(req.expect(std::regex("switches to diloco from round [0-9]+"), 30s)) << req.log();
   EXPECT_EQ(req.wait_exit(20s), 0) << req.log();
   // The switch reaches both members: their rounds from then on are DiLoCo rounds.
-  ASSERT_TRUE(n0.expect(std::regex("diloco [0-9]+ ms "), 90s)) << n0.log();
-  ASSERT_TRUE(n1.expect(std::regex("diloco [0-9]+ ms "), 90s)) << n1.log();
+  ASSERT_TRUE(n0.expect(std::regex("diloco (with|local-only|state sync)"), 90s)) << n0.log();
+  ASSERT_TRUE(n1.expect(std::regex("diloco (with|local-only|state sync)"), 90s)) << n1.log();
   n0.signal(SIGTERM);
   n1.signal(SIGTERM);
   EXPECT_EQ(n0.wait_exit(60s), 0) << n0.log();
