@@ -5,8 +5,8 @@
 // `min_lead` from now: it stores a signed ready record (its addresses, run, round, window) under
 // key("grove/run/<run>/ready/<window>"). When the window has closed and `settle` more has passed,
 // it reads that key (visiting the k closest nodes, so every writer is seen) and keeps the
-// records of this run and window whose owners pass the live filter (the membership view: no
-// stale or departed member). Every node that reads the same set computes the same groups:
+// records of this run and window whose owners pass the live filter (the round engine's: no member
+// seen leaving or expiring). Every node that reads the same set computes the same groups:
 //   members ordered by BLAKE2b-256(run ‖ window ‖ id), taken two at a time; an odd one out joins
 //   the last pair (a group of three).
 // The order changes with every window, so partners are random and different every round. A node
@@ -99,7 +99,8 @@ class Matchmaker {
   /// `run_id` must be valid (dht::valid_run_id; ConfigError otherwise).
   Matchmaker(dht::DhtNode& dht, std::string run_id, MatchOptions opts);
 
-  /// Only members for which this returns true are paired (the live membership view).
+  /// Only members for which this returns true are paired (the round engine passes over members
+  /// seen leaving; a fresh ready record is itself evidence of life).
   void set_live_filter(std::function<bool(const NodeId&)> f) { live_ = std::move(f); }
   /// Changes MatchOptions::patience (the node sets it from its measured round time).
   void set_patience(Time t) { opts_.patience = t; }

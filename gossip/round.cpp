@@ -64,15 +64,20 @@ RoundEngine::RoundEngine(dht::DhtNode& dht, dht::Membership& members, std::strin
   group.same_round = true;
   pairs_ = std::make_unique<Matchmaker>(dht_, run_id_, pair);
   groups_ = std::make_unique<Matchmaker>(dht_, run_id_, group);
-  auto live = [this](const NodeId& id) {
-    for (const auto& m : members_.live(dht_.now()))
-      if (m.id == id) return true;
-    return false;
-  };
+  // A ready record for the window is itself fresh evidence that its owner lives; only members
+  // seen leaving (or expiring) are passed over. Filtering on the view instead would make a member
+  // that has not seen a new joiner's record yet compute other groups than the joiner does.
+  auto live = [this](const NodeId& id) { return !departed_.contains(id); };
   pairs_->set_live_filter(live);
   groups_->set_live_filter(live);
   members_.watch(guarded(alive_, [this](dht::MemberEvent e, const dht::MemberInfo& m) {
-    if (e != dht::MemberEvent::left) check_member(m);
+    if (e == dht::MemberEvent::left) {
+      departed_.insert(m.id);
+      while (departed_.size() > 4096) departed_.erase(departed_.begin());
+      return;
+    }
+    departed_.erase(m.id);  // back (a restart keeps its identity)
+    check_member(m);
   }));
 }
 
@@ -330,6 +335,10 @@ void RoundEngine::after_state(Time now) {
       std::max(offer_seq_ + 1, static_cast<std::uint64_t>(std::max<std::int64_t>(now.count(), 0)));
   dht_.put_signed(state_key(run_id_), "state", offer_seq_, now + opts_.offer_ttl, encode_offer(o),
                   now);
+}
+
+void RoundEngine::set_group_wait(Time t) {
+  opts_.group_wait = t;
 }
 
 void RoundEngine::set_patience(Time t) {

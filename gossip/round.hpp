@@ -134,6 +134,8 @@ class RoundEngine {
   /// patience): about one inner phase of the others, so that a slow node still pairs; zero when
   /// the node knows it is alone, so that a lone node does not wait for nobody.
   void set_patience(Time t);
+  /// Changes RoundOptions::group_wait (a leaving node sets 0: it does not wait for the group).
+  void set_group_wait(Time t);
 
   /// Requests `mode` from round `from_round` (default: our round + mode_lead); done gets the
   /// round, or errc::rejected for a round less than mode_lead ahead.
@@ -221,6 +223,7 @@ class RoundEngine {
   // consistency
   std::map<std::uint64_t, Expect> expect_;  // round after the step → our hash and group
   std::set<std::pair<std::uint64_t, NodeId>> checked_;
+  std::set<NodeId> departed_;  // members seen leaving or expiring: their ready records are ignored
   std::uint64_t mismatches_ = 0, syncs_ = 0;
 };
 

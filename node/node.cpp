@@ -517,6 +517,11 @@ void Node::Impl::start() {
   signals->async_wait([this](const boost::system::error_code& e, int sig) {
     if (e) return;
     spdlog::info("signal {}: finishing the round in flight, then leaving", sig);
+    // No more waiting in later windows for partners: the round in flight ends at its next read.
+    round->with_engine([](gossip::RoundEngine& e) {
+      e.set_patience(dht::Time(0));
+      e.set_group_wait(dht::Time(0));
+    });
     stopping = true;
     cv.notify_all();
   });
@@ -633,8 +638,10 @@ int Node::Impl::train() {
         tokens = resume->tokens;
       }
       rounds = st.round;
-      std::printf("  synced   round %llu from the swarm\n",
-                  static_cast<unsigned long long>(st.round));
+      evaluate();  // a joiner starts from the swarm's loss, not a fresh model's
+      std::printf("  synced   round %llu from the swarm: eval loss %s (floor %s)\n",
+                  static_cast<unsigned long long>(st.round), json_number(last_eval).c_str(),
+                  json_number(workload->loss_floor()).c_str());
     } else if (resume) {
       if (resume->outer.phi.size() != P) {
         spdlog::error("checkpoint does not fit this model ({} values, the model has {})",
@@ -659,10 +666,17 @@ int Node::Impl::train() {
     spdlog::error("could not get the swarm's state");
     return 1;
   }
+  if (std::isnan(last_eval)) {
+    evaluate();
+    std::printf("  start    eval loss %s (floor %s)\n", json_number(last_eval).c_str(),
+                json_number(workload->loss_floor()).c_str());
+  }
   std::fflush(stdout);
   event("start", ",\"run\":" + json_string(run_name) + ",\"params\":" + std::to_string(P) +
+                     ",\"eval_loss\":" + json_number(last_eval) +
                      ",\"loss_floor\":" + json_number(workload->loss_floor()));
 
+  eval_s = 0;  // utilization counts the training time only
   const auto training_since = SteadyClock::now();
   SteadyClock::time_point last_round_at{};
   publish_status("training");
