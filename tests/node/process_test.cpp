@@ -130,12 +130,26 @@ struct TempDir {
   std::string operator/(const std::string& s) const { return (path / s).string(); }
 };
 
-// A fast mlp run: 20 inner steps a round, 1 s matchmaking windows.
-std::vector<std::string> bootstrap_args(const TempDir& d, const std::string& name) {
-  return {"--bootstrap", "--workload",   "mlp",    "--model-size", "tiny", "--inner-steps",
-          "20",          "--lr",         "0.01",   "--warmup",     "10",   "--schedule-steps",
-          "2000",        "--eval-every", "20",     "--window-ms",  "1000", "--listen",
-          "127.0.0.1:0", "--state-dir",  d / name, "--no-progress"};
+// A fast mlp run: 20 inner steps a round, 1 s matchmaking windows; progress lines unless not
+// `progress`.
+std::vector<std::string> bootstrap_args(const TempDir& d, const std::string& name,
+                                        std::vector<std::string> extra = {}, bool progress = true) {
+  std::vector<std::string> a = {
+      "--bootstrap", "--workload",   "mlp",   "--model-size", "tiny", "--inner-steps",
+      "20",          "--lr",         "0.01",  "--warmup",     "10",   "--schedule-steps",
+      "2000",        "--eval-every", "20",    "--window-ms",  "1000", "--listen",
+      "127.0.0.1:0", "--state-dir",  d / name};
+  if (!progress) a.push_back("--no-progress");
+  a.insert(a.end(), extra.begin(), extra.end());
+  return a;
+}
+
+// A node joining through `addr`, with its progress lines.
+std::vector<std::string> join_args(const TempDir& d, const std::string& name,
+                                   const std::string& addr, std::vector<std::string> extra = {}) {
+  std::vector<std::string> a = {"--peer", addr, "--listen", "127.0.0.1:0", "--state-dir", d / name};
+  a.insert(a.end(), extra.begin(), extra.end());
+  return a;
 }
 
 std::string listen_address(Proc& p) {
@@ -149,10 +163,7 @@ const std::regex kStopped(R"(stopped at step (\d+), round (\d+): eval loss ([0-9
 
 TEST(NodeProcess, ThreeNodesTrainTogetherAndTheirLossDrops) {
   TempDir d;
-  auto a = bootstrap_args(d, "n0");
-  a.insert(a.end(), {"--max-steps", "600", "--metrics", d / "m0.jsonl"});
-  a.erase(std::find(a.begin(), a.end(), "--no-progress"));
-  Proc n0(a);
+  Proc n0(bootstrap_args(d, "n0", {"--max-steps", "600", "--metrics", d / "m0.jsonl"}));
   const auto addr = listen_address(n0);
   ASSERT_FALSE(addr.empty()) << n0.log();
   std::smatch m;
@@ -161,8 +172,7 @@ TEST(NodeProcess, ThreeNodesTrainTogetherAndTheirLossDrops) {
   std::vector<std::unique_ptr<Proc>> joiners;
   for (int i = 1; i <= 2; ++i)
     joiners.push_back(std::make_unique<Proc>(
-        std::vector<std::string>{"--peer", addr, "--listen", "127.0.0.1:0", "--state-dir",
-                                 d / ("n" + std::to_string(i)), "--max-steps", "400"}));
+        join_args(d, "n" + std::to_string(i), addr, {"--max-steps", "400"})));
   for (auto& j : joiners) {
     ASSERT_TRUE(j->expect(std::regex("synced +round"), 60s)) << j->log();
     // It averages with the others, not only locally.
@@ -182,9 +192,7 @@ TEST(NodeProcess, KilledWithSigkillResumesFromItsCheckpoint) {
   TempDir d;
   std::smatch m;
   {
-    auto a = bootstrap_args(d, "n0");
-    a.erase(std::find(a.begin(), a.end(), "--no-progress"));
-    Proc p(a);
+    Proc p(bootstrap_args(d, "n0"));
     ASSERT_TRUE(p.expect(std::regex(R"(step +(\d+) +round +3 )"), 60s, &m)) << p.log();
     p.kill9();
   }
@@ -201,9 +209,7 @@ TEST(NodeProcess, KilledWithSigkillResumesFromItsCheckpoint) {
 
 TEST(NodeProcess, GarbageOnThePortThenSigtermLeavesCleanly) {
   TempDir d;
-  auto a = bootstrap_args(d, "n0");
-  a.erase(std::find(a.begin(), a.end(), "--no-progress"));
-  Proc p(a);
+  Proc p(bootstrap_args(d, "n0"));
   const auto addr = listen_address(p);
   ASSERT_FALSE(addr.empty()) << p.log();
   ASSERT_TRUE(p.expect(std::regex(R"(round +1 )"), 60s)) << p.log();
@@ -231,30 +237,26 @@ TEST(NodeProcess, GarbageOnThePortThenSigtermLeavesCleanly) {
 
 TEST(NodeProcess, ANodeWithoutTheSwarmKeyIsRefused) {
   TempDir d;
-  auto a = bootstrap_args(d, "n0");
-  a.insert(a.end(), {"--swarm-key-file", d / "swarm.key"});
-  Proc n0(a);
+  Proc n0(bootstrap_args(d, "n0", {"--swarm-key-file", d / "swarm.key"}, false));
   const auto addr = listen_address(n0);
   ASSERT_FALSE(addr.empty()) << n0.log();
   ASSERT_TRUE(n0.expect(std::regex("join with: echo [0-9a-f]{64} > swarm.key"), 5s)) << n0.log();
-  Proc stranger({"--peer", addr, "--listen", "127.0.0.1:0", "--state-dir", d / "n1"});
+  Proc stranger(join_args(d, "n1", addr));
   ASSERT_TRUE(stranger.expect(std::regex("could not reach any --peer"), 60s)) << stranger.log();
   EXPECT_EQ(stranger.wait_exit(30s), 1);
   // With the key it joins.
-  Proc friend_({"--peer", addr, "--listen", "127.0.0.1:0", "--state-dir", d / "n2",
-                "--swarm-key-file", d / "swarm.key", "--max-steps", "40"});
+  Proc friend_(
+      join_args(d, "n2", addr, {"--swarm-key-file", d / "swarm.key", "--max-steps", "40"}));
   ASSERT_TRUE(friend_.expect(std::regex("synced +round"), 60s)) << friend_.log();
   EXPECT_EQ(friend_.wait_exit(60s), 0) << friend_.log();
 }
 
 TEST(NodeProcess, StatusListsTheMembersAndARequestSwitchesTheSwarmToDiLoCo) {
   TempDir d;
-  auto a = bootstrap_args(d, "n0");
-  a.erase(std::find(a.begin(), a.end(), "--no-progress"));
-  Proc n0(a);
+  Proc n0(bootstrap_args(d, "n0"));
   const auto addr = listen_address(n0);
   ASSERT_FALSE(addr.empty()) << n0.log();
-  Proc n1({"--peer", addr, "--listen", "127.0.0.1:0", "--state-dir", d / "n1"});
+  Proc n1(join_args(d, "n1", addr));
   ASSERT_TRUE(n1.expect(std::regex("noloco with "), 60s)) << n1.log();
   {
     // From the member given with --peer: both members, reachable, in the same run (once the
@@ -298,20 +300,18 @@ TEST(NodeProcess, StatusListsTheMembersAndARequestSwitchesTheSwarmToDiLoCo) {
 // evaluated loss is the swarm's, not a fresh model's.
 TEST(NodeProcess, AJoinerMidRunStartsNearTheSwarmsLoss) {
   TempDir d;
-  auto a = bootstrap_args(d, "n0");
-  a.erase(std::find(a.begin(), a.end(), "--no-progress"));
-  Proc n0(a);
+  Proc n0(bootstrap_args(d, "n0"));
   const auto addr = listen_address(n0);
   ASSERT_FALSE(addr.empty()) << n0.log();
   std::smatch m;
   ASSERT_TRUE(n0.expect(std::regex(R"(start +eval loss ([0-9.e-]+))"), 30s, &m)) << n0.log();
   const double fresh = std::stod(m[1]);
-  Proc n1({"--peer", addr, "--listen", "127.0.0.1:0", "--state-dir", d / "n1"});
+  Proc n1(join_args(d, "n1", addr));
   ASSERT_TRUE(n1.expect(std::regex("noloco with "), 60s)) << n1.log();
   ASSERT_TRUE(n0.expect(std::regex(R"(round +1[0-9] .* eval ([0-9.e-]+))"), 90s, &m)) << n0.log();
   const double swarm = std::stod(m[1]);
   ASSERT_LT(swarm, 0.7 * fresh) << n0.log();  // the swarm has learned something
-  Proc n2({"--peer", addr, "--listen", "127.0.0.1:0", "--state-dir", d / "n2"});
+  Proc n2(join_args(d, "n2", addr));
   ASSERT_TRUE(n2.expect(std::regex(R"(synced +round (\d+) from the swarm: eval loss ([0-9.e-]+))"),
                         60s, &m))
       << n2.log();
@@ -331,17 +331,14 @@ TEST(NodeProcess, AJoinerMidRunStartsNearTheSwarmsLoss) {
 // SIGKILL (mid-round, wherever it is) and the other two go on averaging with each other.
 TEST(NodeProcess, DiLoCoSwarmTrainsAndGoesOnWhenAMemberIsKilled) {
   TempDir d;
-  auto a = bootstrap_args(d, "n0");
-  a.erase(std::find(a.begin(), a.end(), "--no-progress"));
-  a.insert(a.end(), {"--outer", "diloco"});
-  Proc n0(a);
+  Proc n0(bootstrap_args(d, "n0", {"--outer", "diloco"}));
   const auto addr = listen_address(n0);
   ASSERT_FALSE(addr.empty()) << n0.log();
   std::smatch m;
   ASSERT_TRUE(n0.expect(std::regex(R"(start +eval loss ([0-9.e-]+))"), 30s, &m)) << n0.log();
   const double fresh = std::stod(m[1]);
-  Proc n1({"--peer", addr, "--listen", "127.0.0.1:0", "--state-dir", d / "n1"});
-  Proc n2({"--peer", addr, "--listen", "127.0.0.1:0", "--state-dir", d / "n2"});
+  Proc n1(join_args(d, "n1", addr));
+  Proc n2(join_args(d, "n2", addr));
   // A round of all three (the line names one partner "+1").
   ASSERT_TRUE(n1.expect(std::regex(R"(diloco with [0-9a-f]{8} \+1,)"), 90s)) << n1.log();
   ASSERT_TRUE(n2.expect(std::regex("diloco with "), 60s)) << n2.log();
