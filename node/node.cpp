@@ -204,6 +204,10 @@ struct Node::Impl {
   double compute_s = 0, eval_s = 0, sync_ms_sum = 0, first_eval = NAN;
   std::uint64_t rounds_averaged = 0, rounds_local = 0, syncs = 0;
   std::size_t live_members = 1;
+  // Of the last round (every metrics line carries them): partners as JSON strings, its sync
+  // time, and the hash of the slow weights since.
+  std::string last_partners, param_hash;
+  long long last_sync_ms = 0;
   std::string last_sync;  // "with ab12cd34 840 ms 1.2 MB", for the live line
   bool tty = ::isatty(STDOUT_FILENO) != 0;
   SteadyClock::time_point last_live{};
@@ -251,8 +255,11 @@ struct Node::Impl {
     metrics << "{\"time\":" << std::to_string(t)
             << ",\"node\":" << json_string(transport::to_hex(host->id()).substr(0, 16))
             << ",\"event\":" << json_string(name) << ",\"step\":" << step << ",\"round\":" << rounds
-            << ",\"loss\":" << json_number(loss_ema) << ",\"bytes_sent\":" << bytes_sent
-            << ",\"bytes_received\":" << bytes_received << extra << "}\n";
+            << ",\"loss\":" << json_number(loss_ema) << ",\"eval_loss\":" << json_number(last_eval)
+            << ",\"partners\":[" << last_partners << "],\"bytes_sent\":" << bytes_sent
+            << ",\"bytes_received\":" << bytes_received << ",\"sync_ms\":" << last_sync_ms
+            << ",\"members\":" << live_members << ",\"param_hash\":" << json_string(param_hash)
+            << extra << "}\n";
     metrics.flush();
   }
   void publish_status(const std::string& status) {
@@ -673,9 +680,9 @@ int Node::Impl::train() {
   }
   std::fflush(stdout);
   event("start", ",\"run\":" + json_string(run_name) + ",\"params\":" + std::to_string(P) +
-                     ",\"eval_loss\":" + json_number(last_eval) +
                      ",\"loss_floor\":" + json_number(workload->loss_floor()));
 
+  param_hash = transport::to_hex(gossip::weights_hash(theta)).substr(0, 16);  // θ = φ here
   eval_s = 0;  // utilization counts the training time only
   const auto training_since = SteadyClock::now();
   SteadyClock::time_point last_round_at{};
@@ -724,10 +731,12 @@ int Node::Impl::train() {
           r.averaged_with.empty() ? "" : transport::to_hex(r.averaged_with.front()).substr(0, 8);
     }
     publish_status("training");
-    std::string partners;
+    last_partners.clear();
     for (const auto& id : r.averaged_with)
-      partners += std::string(partners.empty() ? "" : ",") +
-                  json_string(transport::to_hex(id).substr(0, 16));
+      last_partners += std::string(last_partners.empty() ? "" : ",") +
+                       json_string(transport::to_hex(id).substr(0, 16));
+    last_sync_ms = static_cast<long long>(r.sync_time.count());
+    param_hash = transport::to_hex(r.weights_hash).substr(0, 16);
     const auto live = on_strand(dht->executor(),
                                 [&] { return members->live(dht::DhtRuntime::wall_now()).size(); });
     live_members = live;
@@ -754,12 +763,8 @@ int Node::Impl::train() {
     }
     const double wall = std::chrono::duration<double>(SteadyClock::now() - training_since).count();
     event(r.kind == gossip::RoundReport::Kind::round ? "round" : "synced",
-          ",\"mode\":" + json_string(gossip::to_string(r.mode)) + ",\"partners\":[" + partners +
-              "],\"sync_ms\":" + std::to_string(r.sync_time.count()) +
-              ",\"members\":" + std::to_string(live) + ",\"tokens_per_s\":" + json_number(tps) +
-              ",\"eval_loss\":" + json_number(last_eval) +
-              ",\"param_hash\":" + json_string(transport::to_hex(r.weights_hash).substr(0, 16)) +
-              ",\"round_bytes_sent\":" + std::to_string(r.bytes_sent) +
+          ",\"mode\":" + json_string(gossip::to_string(r.mode)) + ",\"tokens_per_s\":" +
+              json_number(tps) + ",\"round_bytes_sent\":" + std::to_string(r.bytes_sent) +
               ",\"round_bytes_received\":" + std::to_string(r.bytes_received) + ",\"local_only\":" +
               (r.local_only ? "true" : "false") + ",\"compute_s\":" + json_number(compute_s) +
               ",\"eval_s\":" + json_number(eval_s) + ",\"wall_s\":" + json_number(wall));
@@ -810,8 +815,7 @@ int Node::Impl::train() {
       loss_ema = std::isfinite(loss_ema) ? 0.9 * loss_ema + 0.1 * r.loss : r.loss;
       if (step % config.eval_every == 0) {
         evaluate();
-        event("eval", ",\"eval_loss\":" + json_number(last_eval) +
-                          ",\"loss_floor\":" + json_number(workload->loss_floor()));
+        event("eval", ",\"loss_floor\":" + json_number(workload->loss_floor()));
       }
       if (in_flight) take_ready();
       live_line(phase_tokens, t0);
@@ -893,10 +897,9 @@ void Node::Impl::summary(SteadyClock::time_point training_since) {
   const double peak = static_cast<double>(ru.ru_maxrss) * 1024.0;
   const double param_bytes = 4.0 * static_cast<double>(workload->num_params());
   event("stop",
-        ",\"eval_loss\":" + json_number(last_eval) + ",\"first_eval_loss\":" +
-            json_number(first_eval) + ",\"loss_floor\":" + json_number(workload->loss_floor()) +
-            ",\"rounds_averaged\":" + std::to_string(rounds_averaged) +
-            ",\"rounds_local\":" + std::to_string(rounds_local) +
+        ",\"first_eval_loss\":" + json_number(first_eval) +
+            ",\"loss_floor\":" + json_number(workload->loss_floor()) + ",\"rounds_averaged\":" +
+            std::to_string(rounds_averaged) + ",\"rounds_local\":" + std::to_string(rounds_local) +
             ",\"syncs\":" + std::to_string(syncs) + ",\"compute_s\":" + json_number(compute_s) +
             ",\"eval_s\":" + json_number(eval_s) + ",\"wall_s\":" + json_number(wall) +
             ",\"utilization\":" + json_number(util) + ",\"peak_rss_bytes\":" + json_number(peak) +

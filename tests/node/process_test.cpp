@@ -22,6 +22,8 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <map>
 #include <optional>
 #include <random>
 #include <regex>
@@ -186,6 +188,25 @@ TEST(NodeProcess, ThreeNodesTrainTogetherAndTheirLossDrops) {
   EXPECT_LT(std::stod(m[3]), 0.5 * first_eval);
   EXPECT_EQ(n0.wait_exit(30s), 0) << n0.log();
   EXPECT_TRUE(fs::exists(d.path / "n0" / "checkpoint.bin"));
+  // The metrics: every line carries the documented fields; rounds averaged with partners; a stop.
+  std::ifstream metrics(d / "m0.jsonl");
+  std::map<std::string, int> events;
+  int averaged = 0;
+  for (std::string line; std::getline(metrics, line);) {
+    for (const char* key :
+         {"time", "node", "event", "step", "round", "loss", "eval_loss", "partners", "bytes_sent",
+          "bytes_received", "sync_ms", "members", "param_hash"})
+      EXPECT_NE(line.find("\"" + std::string(key) + "\":"), std::string::npos)
+          << key << ": " << line;
+    std::smatch e;
+    ASSERT_TRUE(std::regex_search(line, e, std::regex(R"re("event":"(\w+)")re"))) << line;
+    ++events[e[1]];
+    averaged += e[1] == "round" && line.find("\"partners\":[\"") != std::string::npos;
+  }
+  EXPECT_EQ(events["start"], 1);
+  EXPECT_EQ(events["stop"], 1);
+  EXPECT_EQ(events["eval"], 30);  // every 20 of 600 steps
+  EXPECT_GE(averaged, 10);
 }
 
 TEST(NodeProcess, KilledWithSigkillResumesFromItsCheckpoint) {
