@@ -1,6 +1,7 @@
 #include "node/status.hpp"
 
 #include <cstdio>
+#include <cstring>
 
 #include "transport/frame.hpp"
 #include "transport/msgpack_util.hpp"
@@ -12,11 +13,21 @@ namespace mp = transport::mp;
 constexpr std::size_t kFields = 17;
 constexpr std::size_t kMaxText = 256;
 
-void pack_f64(mp::Packer& p, double v) {
-  if (std::isfinite(v))
-    p.pack_double(v);
-  else
+// `p` packs into `sb`. A relayed status ("swarm_status") holds numbers other members sent.
+void pack_f64(msgpack::sbuffer& sb, mp::Packer& p, double v) {
+  if (!std::isfinite(v)) {
     p.pack_nil();
+  } else if (v == 0x1p64) {
+    // msgpack-c's pack_double admits 2^64 to its whole-number path (its bound, UINT64_MAX as a
+    // double, rounds up to 2^64) and converts it to uint64_t: undefined. Write the float64 here.
+    std::uint64_t bits;
+    std::memcpy(&bits, &v, 8);
+    char b[9] = {static_cast<char>(0xcb)};
+    for (int i = 0; i < 8; ++i) b[1 + i] = static_cast<char>(bits >> (56 - 8 * i));
+    sb.write(b, sizeof b);
+  } else {
+    p.pack_double(v);
+  }
 }
 
 bool get_f64(const mp::Obj& o, double& out) {
@@ -28,8 +39,12 @@ bool get_f64(const mp::Obj& o, double& out) {
     case msgpack::type::FLOAT64:
       out = o.via.f64;
       return std::isfinite(out);
+    // pack_double writes a whole number as an integer, so -2.0 comes back as a negative one.
     case msgpack::type::POSITIVE_INTEGER:
       out = static_cast<double>(o.via.u64);
+      return true;
+    case msgpack::type::NEGATIVE_INTEGER:
+      out = static_cast<double>(o.via.i64);
       return true;
     default:
       return false;
@@ -74,16 +89,16 @@ std::vector<std::uint8_t> encode_status(const std::vector<MemberStatus>& members
     mp::pack_str(p, m.run);
     p.pack_uint64(m.step);
     p.pack_uint64(m.round);
-    pack_f64(p, m.loss);
-    pack_f64(p, m.eval_loss);
-    pack_f64(p, m.loss_floor);
-    pack_f64(p, m.tokens_per_s);
-    pack_f64(p, m.last_sync_ms);
+    pack_f64(sb, p, m.loss);
+    pack_f64(sb, p, m.eval_loss);
+    pack_f64(sb, p, m.loss_floor);
+    pack_f64(sb, p, m.tokens_per_s);
+    pack_f64(sb, p, m.last_sync_ms);
     mp::pack_str(p, m.last_partner);
     p.pack_uint64(m.bytes_sent);
     p.pack_uint64(m.bytes_received);
-    pack_f64(p, m.round_s);
-    pack_f64(p, m.uptime_s);
+    pack_f64(sb, p, m.round_s);
+    pack_f64(sb, p, m.uptime_s);
     if (m.reachable)
       p.pack_true();
     else

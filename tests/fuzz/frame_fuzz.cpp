@@ -62,8 +62,9 @@ void fuzz_frame_decoder(std::span<const std::uint8_t> in) {
 
 // msgpack-c's packer converts a whole-number float to an integer and checks the range with
 // d <= float(UINT64_MAX), which rounds up to 2^64, so packing exactly 2^64 is undefined behaviour
-// inside the library (found by this target). Our encoders never pack foreign floats; the
-// re-pack check below skips objects holding floats that large.
+// inside the library (found by this target). The one encoder of ours that packs foreign floats,
+// encode_status (a node relays its members' numbers), writes 2^64 itself; the re-pack check below
+// skips objects holding floats that large.
 bool has_huge_float(const msgpack::object& o, int depth = 0) {
   if (depth > 8) return true;
   switch (o.type) {

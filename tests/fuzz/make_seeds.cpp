@@ -5,13 +5,21 @@
 //   <out>/dht/        [selector][DHT message] inputs (see dht_fuzz.hpp): every message type with
 //                     signed records, reply-mode variants, invalid records, malformed messages;
 //   <out>/gossip/     [selector][gossip message] inputs (see gossip_fuzz.hpp): what real ring and
-//                     exchange peers send, control messages, malformed variants.
-// Usage: make_seeds tests/fuzz/corpus [frame|handshake|dht|gossip]...   (no names = all; the
-// committed seeds were made this way; the handshake ones differ on every run since identities and
-// ephemeral keys are random, the others are reproducible).
+//                     exchange peers send, control messages, malformed variants;
+//   <out>/run_config/ run config texts: valid ones of every workload, outer mode, codec and data
+//                     kind, and non-canonical, out-of-range and truncated variants;
+//   <out>/checkpoint/ checkpoint files ("file-*", whole), file bodies without their hash
+//                     ("body-*", which the target seals): valid, reordered, damaged, truncated;
+//                     and outer states without their checksum ("outer-*");
+//   <out>/status/     MemberStatus lists made by encode_status, and malformed variants.
+// Usage: make_seeds tests/fuzz/corpus [NAME]...   (NAME: frame, handshake, dht, gossip, run_config,
+// checkpoint or status; no names = all; the committed seeds were made this way; the handshake ones
+// differ on every run since identities and ephemeral keys are random, the others are
+// reproducible).
 #include <sodium.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -30,8 +38,12 @@
 #include "gossip/exchange.hpp"
 #include "gossip/matchmaking.hpp"
 #include "gossip/state_sync.hpp"
+#include "node/checkpoint.hpp"
+#include "node/config.hpp"
+#include "node/status.hpp"
 #include "tests/fuzz/dht_fuzz.hpp"
 #include "tests/fuzz/gossip_fuzz.hpp"
+#include "transport/crypto.hpp"
 #include "transport/frame.hpp"
 #include "transport/handshake.hpp"
 #include "transport/identity.hpp"
@@ -570,17 +582,289 @@ void gossip_seeds(const fs::path& dir) {
   put("short", 0, bad.span().first(5));
 }
 
+// ---- node ----
+namespace {
+namespace node = grove::node;
+
+node::RunConfig mlp_config() {
+  node::RunConfig c;
+  c.workload = node::WorkloadKind::mlp;
+  c.model = "tiny";
+  c.seed = 7;
+  c.nonce = "0123456789abcdef";
+  c.inner_steps = 10;
+  c.batch = 32;
+  c.lr = 3e-3f;
+  c.warmup = 0;
+  c.schedule_steps = 1000;
+  c.clip = 0;
+  c.outer = node::OuterKind::diloco;
+  c.codec = node::Codec::bf16;
+  c.window_ms = 500;
+  c.eval_every = 10;
+  c.eval_batches = 1;
+  return c;
+}
+
+void run_config_seeds(const fs::path& dir) {
+  auto put = [&](const std::string& name, const std::string& text) {
+    std::string why;
+    const bool ok = node::parse_run_config(text, &why).has_value();
+    write(dir, name, {reinterpret_cast<const std::uint8_t*>(text.data()), text.size()},
+          ok ? "ok" : why.c_str());
+  };
+  // Valid configs: the defaults, and one of each other value of every enumerated field.
+  const node::RunConfig gpt;
+  put("gpt-default.txt", gpt.to_text());
+  node::RunConfig mlp = mlp_config();
+  put("mlp-diloco-bf16.txt", mlp.to_text());
+  node::RunConfig files = gpt;
+  files.model = "base";
+  files.seed = 18446744073709551615ull;
+  files.codec = node::Codec::e3m0;
+  files.data = node::DataKind::files;
+  files.lr = 1;
+  files.lr_min_ratio = 0;
+  files.beta2 = 0.999f;
+  files.window_ms = 600000;
+  put("gpt-files-e3m0.txt", files.to_text());
+  mlp.codec = node::Codec::fp32;
+  mlp.outer = node::OuterKind::noloco;
+  mlp.noloco_gamma = 0;
+  put("mlp-noloco-fp32.txt", mlp.to_text());
+
+  // Malformed variants of the default text.
+  const std::string t = gpt.to_text();
+  auto replaced = [&](const std::string& from, const std::string& to) {
+    std::string r = t;
+    const auto at = r.find(from);
+    if (at == std::string::npos) throw std::runtime_error("run_config seed: no '" + from + "'");
+    return r.replace(at, from.size(), to);
+  };
+  put("no-final-newline.txt", t.substr(0, t.size() - 1));
+  put("truncated.txt", t.substr(0, t.size() / 2));
+  put("float-not-canonical.txt", replaced("\nclip 1\n", "\nclip 1.0\n"));
+  put("leading-zero.txt", replaced("\nbatch 16\n", "\nbatch 016\n"));
+  put("window-out-of-range.txt", replaced("\nwindow_ms 10000\n", "\nwindow_ms 100\n"));
+  put("nonce-uppercase.txt", replaced("\nnonce 0000000000000000\n", "\nnonce 000000000000000A\n"));
+  put("fields-swapped.txt", replaced("\nbeta1 0.899999976\nbeta2 0.949999988\n",
+                                     "\nbeta2 0.949999988\nbeta1 0.899999976\n"));
+  put("unknown-field.txt", t + "extra 1\n");
+  put("other-magic.txt", replaced("grove-run v1\n", "grove-run v2\n"));
+  put("crlf.txt", replaced("\nseed 1\n", "\nseed 1\r\n"));
+  put("empty.txt", "");
+  put("over-size-bound.txt", t + std::string(node::kMaxConfigText - t.size(), 'x') + "\n");
+}
+
+/// The sections of an encoded checkpoint file (each with its tag and length), in file order.
+std::vector<Buf> checkpoint_sections(const Buf& file) {
+  std::vector<Buf> out;
+  for (std::size_t at = 8; at + 32 < file.size();) {
+    std::uint64_t len = 0;
+    for (int i = 7; i >= 0; --i) len = (len << 8) | file[at + 4 + static_cast<std::size_t>(i)];
+    const auto end = at + 12 + static_cast<std::size_t>(len);
+    out.emplace_back(file.begin() + static_cast<std::ptrdiff_t>(at),
+                     file.begin() + static_cast<std::ptrdiff_t>(end));
+    at = end;
+  }
+  if (out.size() != 4) throw std::runtime_error("checkpoint seed: not four sections");
+  return out;
+}
+
+void checkpoint_seeds(const fs::path& dir) {
+  // A whole file as it lies on disk; a body is a file without its hash (the target appends it).
+  auto put_file = [&](const std::string& name, const Buf& file) {
+    std::string why;
+    const bool ok = node::decode_checkpoint(file, &why).has_value();
+    write(dir, "file-" + name, file, ok ? "ok" : why.c_str());
+  };
+  auto put_body = [&](const std::string& name, const Buf& body) {
+    Buf file = body;
+    const auto h = grove::transport::blake2b_256(body);
+    file.insert(file.end(), h.begin(), h.end());
+    std::string why;
+    const bool ok = node::decode_checkpoint(file, &why).has_value();
+    write(dir, "body-" + name, body, ok ? "ok (sealed)" : why.c_str());
+  };
+  auto body_of = [](const Buf& file) { return Buf(file.begin(), file.end() - 32); };
+
+  node::Checkpoint c;
+  c.config_text = mlp_config().to_text();
+  c.step = 1234;
+  c.round = 12;
+  c.tokens = 1'000'000;
+  c.outer.round = 12;
+  for (int i = 0; i < 8; ++i) {
+    c.outer.phi.push_back(0.125f * static_cast<float>(i) - 0.5f);
+    c.outer.momentum.push_back(0.01f * static_cast<float>(i));
+  }
+  for (int i = 0; i < 40; ++i) c.workload.push_back(static_cast<std::uint8_t>(i * 13));
+  const Buf file = node::encode_checkpoint(c);
+  put_file("mlp.bin", file);
+  put_body("mlp.bin", body_of(file));
+
+  node::Checkpoint sparse = c;
+  sparse.outer.momentum.clear();
+  sparse.outer.phi.assign(24, 0.75f);  // more values than the target's small max_values
+  sparse.outer.error.assign(24, -0.25f);
+  put_body("error-buffer.bin", body_of(node::encode_checkpoint(sparse)));
+  node::Checkpoint nan = c;
+  nan.outer.momentum[3] = NAN;  // a consistent outer checksum over a non-finite value
+  put_body("outer-nan.bin", body_of(node::encode_checkpoint(nan)));
+  // Outer states without their checksum (the target appends it).
+  auto put_outer = [&](const std::string& name, const grove::optim::OuterState& o) {
+    const auto full = grove::optim::serialize(o);
+    const bool ok = grove::optim::deserialize(full).has_value();
+    write(dir, "outer-" + name, std::span(full).first(full.size() - 8),
+          ok ? "ok (checksummed)" : "bad outer state");
+  };
+  put_outer("mlp.bin", c.outer);
+  put_outer("error-buffer.bin", sparse.outer);
+  put_outer("nan.bin", nan.outer);
+  const node::Checkpoint empty;
+  put_body("empty.bin", body_of(node::encode_checkpoint(empty)));
+  put_file("empty.bin", node::encode_checkpoint(empty));
+
+  // Damaged and truncated files.
+  put_file("truncated.bin", Buf(file.begin(), file.end() - 1));
+  put_file("half.bin",
+           Buf(file.begin(), file.begin() + static_cast<std::ptrdiff_t>(file.size() / 2)));
+  Buf flipped = file;
+  flipped[file.size() / 2] ^= 0x10;
+  put_file("flipped.bin", flipped);
+  put_file("magic-only.bin", Buf(file.begin(), file.begin() + 8));
+
+  // Bodies with their sections rearranged (a valid hash, so only the section parser decides).
+  const auto sec = checkpoint_sections(file);
+  const Buf magic(file.begin(), file.begin() + 8);
+  auto body_with = [&](std::initializer_list<Buf> parts) {
+    Buf b = magic;
+    for (const auto& p : parts) b.insert(b.end(), p.begin(), p.end());
+    return b;
+  };
+  put_body("reordered.bin", body_with({sec[3], sec[1], sec[0], sec[2]}));
+  put_body("repeated-section.bin", body_with({sec[0], sec[1], sec[2], sec[3], sec[1]}));
+  put_body("missing-section.bin", body_with({sec[0], sec[1], sec[2]}));
+  Buf unknown = sec[3];
+  unknown[0] ^= 0x20;
+  put_body("unknown-tag.bin", body_with({sec[0], sec[1], sec[2], unknown}));
+  Buf long_meta = sec[1];
+  long_meta.push_back(0);
+  long_meta[4] = static_cast<std::uint8_t>(long_meta.size() - 12);
+  put_body("meta-25-bytes.bin", body_with({sec[0], long_meta, sec[2], sec[3]}));
+  Buf bad_outer = sec[2];
+  bad_outer[12 + 20] ^= 0x01;  // inside the outer state: its own checksum no longer matches
+  put_body("outer-checksum.bin", body_with({sec[0], sec[1], bad_outer, sec[3]}));
+  Buf past_end = sec[3];
+  past_end[4] = 0xff;
+  put_body("section-past-end.bin", body_with({sec[0], sec[1], sec[2], past_end}));
+  put_body("section-header-cut.bin",
+           body_with({sec[0], sec[1], sec[2], Buf(sec[3].begin(), sec[3].begin() + 7)}));
+}
+
+void status_seeds(const fs::path& dir) {
+  auto put = [&](const std::string& name, const Buf& data) {
+    std::string why;
+    const bool ok = node::decode_status(data, &why).has_value();
+    write(dir, name, data, ok ? "ok" : why.c_str());
+  };
+  node::MemberStatus a;
+  a.node = "0123456789abcdef";
+  a.address = "192.0.2.7:4001";
+  a.status = "training";
+  a.run = "mlp-0123456789ab";
+  a.step = 420;
+  a.round = 42;
+  a.loss = 0.0123;
+  a.eval_loss = 0.0131;
+  a.loss_floor = 0.01;
+  a.tokens_per_s = 51234.5;
+  a.last_sync_ms = 812;
+  a.last_partner = "fedcba98";
+  a.bytes_sent = 123456789;
+  a.bytes_received = 987654321;
+  a.round_s = 12.5;
+  a.uptime_s = 3600;
+  node::MemberStatus b;  // a member listed from its DHT record: most numbers absent
+  b.node = "89abcdef01234567";
+  b.address = "[2001:db8::1]:4001";
+  b.status = "unreachable";
+  b.run = a.run;
+  b.reachable = false;
+  node::MemberStatus c = a;
+  c.node = std::string(256, 'n');
+  c.address = std::string(256, 'a');
+  c.status = "averaging";
+  c.step = c.round = c.bytes_sent = c.bytes_received = 18446744073709551615ull;
+  c.loss = -1e300;
+  c.last_partner.clear();
+  put("empty.bin", node::encode_status({}));
+  put("one.bin", node::encode_status({a}));
+  put("three.bin", node::encode_status({a, b, c}));
+
+  // Malformed variants.
+  const Buf one = node::encode_status({a});
+  put("truncated.bin", Buf(one.begin(), one.end() - 3));
+  put("not-a-list.bin", packed(std::map<std::string, int>{{"step", 1}}));
+  put("short-entry.bin", packed(std::vector<std::vector<int>>{{1, 2, 3}}));
+  put("bare-entry.bin", Buf(one.begin() + 1, one.end()));  // the member without its list
+  // One member whose field `index` pack_value(packer, buffer) writes; the others are valid.
+  auto with_field = [&](std::size_t index, auto&& pack_value) {
+    msgpack::sbuffer sb;
+    msgpack::packer<msgpack::sbuffer> pk(sb);
+    pk.pack_array(1);
+    pk.pack_array(17);
+    for (std::size_t i = 0; i < 17; ++i) {
+      if (i == index)
+        pack_value(pk, sb);
+      else if (i < 4 || i == 11)
+        pk.pack(std::string("x"));
+      else if (i == 16)
+        pk.pack_true();
+      else
+        pk.pack_uint64(i);
+    }
+    return Buf(sb.data(), sb.data() + sb.size());
+  };
+  put("integer-loss.bin", with_field(6, [](auto& pk, auto&) { pk.pack_uint64(3); }));
+  put("negative-step.bin", with_field(4, [](auto& pk, auto&) { pk.pack_int64(-1); }));
+  put("infinite-loss.bin", with_field(7, [](auto& pk, auto&) { pk.pack_double(HUGE_VAL); }));
+  put("float32-uptime.bin", with_field(15, [](auto& pk, auto&) { pk.pack_float(1.5f); }));
+  put("long-string.bin", with_field(0, [](auto& pk, auto&) { pk.pack(std::string(257, 's')); }));
+  put("bin-address.bin", with_field(1, [](auto& pk, auto&) {
+        pk.pack_bin(3);
+        pk.pack_bin_body("abc", 3);
+      }));
+  // Numbers a member may send and the node relays in its swarm_status answer (encode_status):
+  // a whole negative float64, which msgpack-c packs as a negative integer, and 2^64 (as a float64
+  // and as UINT64_MAX), which msgpack-c's pack_double would convert to uint64_t.
+  const auto raw_f64 = [](msgpack::sbuffer& sb, double v) {
+    std::uint64_t bits;
+    std::memcpy(&bits, &v, 8);
+    char b[9] = {static_cast<char>(0xcb)};
+    for (int i = 0; i < 8; ++i) b[1 + i] = static_cast<char>(bits >> (56 - 8 * i));
+    sb.write(b, sizeof b);
+  };
+  put("float-minus-two.bin", with_field(14, [&](auto&, auto& sb) { raw_f64(sb, -2.0); }));
+  put("float-two-to-64.bin", with_field(6, [&](auto&, auto& sb) { raw_f64(sb, 0x1p64); }));
+  put("integer-loss-max.bin",
+      with_field(9, [](auto& pk, auto&) { pk.pack_uint64(18446744073709551615ull); }));
+  put("reachable-integer.bin", with_field(16, [](auto& pk, auto&) { pk.pack_uint64(1); }));
+}
+}  // namespace
+
 int main(int argc, char** argv) {
-  const std::map<std::string, void (*)(const fs::path&)> corpora{{"frame", frame_seeds},
-                                                                 {"handshake", handshake_seeds},
-                                                                 {"dht", dht_seeds},
-                                                                 {"gossip", gossip_seeds}};
+  const std::map<std::string, void (*)(const fs::path&)> corpora{
+      {"frame", frame_seeds},   {"handshake", handshake_seeds},   {"dht", dht_seeds},
+      {"gossip", gossip_seeds}, {"run_config", run_config_seeds}, {"checkpoint", checkpoint_seeds},
+      {"status", status_seeds}};
   std::vector<std::string> names(argv + std::min(argc, 2), argv + argc);
   bool known = argc >= 2;
   for (const auto& n : names) known = known && corpora.count(n);
   if (!known) {
     std::fprintf(stderr,
-                 "usage: %s OUT_DIR [frame|handshake|dht|gossip]...   (e.g. tests/fuzz/corpus)\n",
+                 "usage: %s OUT_DIR [frame|handshake|dht|gossip|run_config|checkpoint|status]...   "
+                 "(e.g. tests/fuzz/corpus)\n",
                  argv[0]);
     return 2;
   }
