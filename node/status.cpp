@@ -60,10 +60,24 @@ std::string num(double v, const char* fmt) {
 
 }  // namespace
 
+namespace {
+// A peer's string as shown to the user: printable ASCII only (every field we send is ASCII), at
+// most `max` characters, so that nothing received can move the cursor, recolour the terminal or
+// break a table row.
+std::string printable(const std::string& s, std::size_t max) {
+  std::string r;
+  for (char c : s) {
+    if (r.size() == max) break;
+    const auto u = static_cast<unsigned char>(c);
+    r += u >= 0x20 && u < 0x7f ? c : '?';
+  }
+  return r;
+}
+}  // namespace
+
 std::string json_string(const std::string& s) {
   std::string r = "\"";
-  for (char c : s) {
-    if (static_cast<unsigned char>(c) < 0x20) continue;
+  for (char c : printable(s, s.size())) {
     if (c == '"' || c == '\\') r += '\\';
     r += c;
   }
@@ -175,12 +189,13 @@ std::string status_table(const std::vector<MemberStatus>& members) {
   for (const auto& m : members) {
     std::snprintf(
         line, sizeof line, "%-16s %-11s %8llu %6llu %8s %8s %8s %9s %-8s %9.1f %9.1f %7s  %s\n",
-        m.node.c_str(), m.status.c_str(), static_cast<unsigned long long>(m.step),
-        static_cast<unsigned long long>(m.round), num(m.loss, "%.4f").c_str(),
-        num(m.eval_loss, "%.4f").c_str(), num(m.tokens_per_s, "%.0f").c_str(),
-        num(m.last_sync_ms, "%.0f").c_str(), m.last_partner.empty() ? "-" : m.last_partner.c_str(),
+        printable(m.node, 16).c_str(), printable(m.status, 11).c_str(),
+        static_cast<unsigned long long>(m.step), static_cast<unsigned long long>(m.round),
+        num(m.loss, "%.4f").c_str(), num(m.eval_loss, "%.4f").c_str(),
+        num(m.tokens_per_s, "%.0f").c_str(), num(m.last_sync_ms, "%.0f").c_str(),
+        m.last_partner.empty() ? "-" : printable(m.last_partner, 8).c_str(),
         static_cast<double>(m.bytes_sent) / 1e6, static_cast<double>(m.bytes_received) / 1e6,
-        num(m.round_s, "%.1f").c_str(), m.address.c_str());
+        num(m.round_s, "%.1f").c_str(), printable(m.address, 80).c_str());
     s += line;
   }
   return s;

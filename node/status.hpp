@@ -39,8 +39,8 @@ struct MemberStatus {
 std::vector<std::uint8_t> encode_status(const std::vector<MemberStatus>& members);
 std::optional<std::vector<MemberStatus>> decode_status(std::span<const std::uint8_t> bytes,
                                                        std::string* why);
-/// JSON scalars: a quoted string (control characters dropped) and a number (null when not
-/// finite). Shared with the node's metrics lines.
+/// JSON scalars: a quoted string (bytes outside printable ASCII shown as '?') and a number (null
+/// when not finite). Shared with the node's metrics lines.
 std::string json_string(const std::string& s);
 std::string json_number(double v);
 

@@ -73,6 +73,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
 
   const std::string json = status_json(*members);
   check(static_cast<std::size_t>(std::count(json.begin(), json.end(), '\n')) == members->size());
-  (void)status_table(*members);
+  // Nothing a peer sends reaches the terminal as a control character, and every member is one
+  // row of the table (header + one newline-terminated line each).
+  const std::string table = status_table(*members);
+  for (const std::string* text : {&json, &table})
+    check(std::all_of(text->begin(), text->end(), [](char c) {
+      const auto u = static_cast<unsigned char>(c);
+      return c == '\n' || (u >= 0x20 && u < 0x7f);
+    }));
+  check(static_cast<std::size_t>(std::count(table.begin(), table.end(), '\n')) ==
+        members->size() + 1);
+  check(!table.empty() && table.back() == '\n');
   return 0;
 }

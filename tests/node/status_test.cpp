@@ -1,0 +1,68 @@
+// MemberStatus: the wire form round-trips, and what a peer sends is shown safely (printable ASCII
+// only, one table row per member whatever the strings' lengths).
+#include "node/status.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+namespace grove::node {
+namespace {
+
+MemberStatus sample() {
+  MemberStatus m;
+  m.node = "0123456789abcdef";
+  m.address = "10.0.0.7:7400";
+  m.status = "training";
+  m.run = "gpt-0123456789ab";
+  m.step = 1200;
+  m.round = 24;
+  m.loss = 1.25;
+  m.eval_loss = 1.5;
+  m.loss_floor = 0.79;
+  m.tokens_per_s = 2048;
+  m.last_sync_ms = 840;
+  m.last_partner = "fedcba98";
+  m.bytes_sent = 6'520'000;
+  m.bytes_received = 6'510'000;
+  m.round_s = 30.5;
+  m.uptime_s = 600;
+  return m;
+}
+
+TEST(Status, RoundTripsAndRendersOneRowPerMember) {
+  const std::vector<MemberStatus> v = {sample(), sample()};
+  const auto back = decode_status(encode_status(v), nullptr);
+  ASSERT_TRUE(back);
+  ASSERT_EQ(back->size(), 2u);
+  EXPECT_EQ((*back)[0].node, "0123456789abcdef");
+  EXPECT_EQ((*back)[0].bytes_sent, 6'520'000u);
+  EXPECT_DOUBLE_EQ((*back)[0].round_s, 30.5);
+  const auto table = status_table(*back);
+  EXPECT_EQ(std::count(table.begin(), table.end(), '\n'), 3);
+  EXPECT_NE(table.find("fedcba98"), std::string::npos);
+  const auto json = status_json(*back);
+  EXPECT_EQ(std::count(json.begin(), json.end(), '\n'), 2);
+}
+
+TEST(Status, HostileStringsCannotReachTheTerminal) {
+  auto m = sample();
+  m.status = "\x1b[2J\x1b[31mpwned\r";
+  m.address = std::string(200, 'x') + "\n";
+  m.last_partner = "\x07\x07\x07\x07\x07\x07\x07\x07\x07";
+  m.node = "caf\xc3\xa9";
+  const std::vector<MemberStatus> v = {m, sample()};
+  for (const auto& text : {status_table(v), status_json(v)}) {
+    for (char c : text) {
+      const auto u = static_cast<unsigned char>(c);
+      EXPECT_TRUE(c == '\n' || (u >= 0x20 && u < 0x7f)) << static_cast<int>(u);
+    }
+  }
+  const auto table = status_table(v);
+  EXPECT_EQ(std::count(table.begin(), table.end(), '\n'), 3);  // header + two rows, none merged
+  EXPECT_NE(table.find("?[2J?[31mpw "), std::string::npos);
+  EXPECT_EQ(json_string("a\"b\\c\x01"), "\"a\\\"b\\\\c?\"");
+}
+
+}  // namespace
+}  // namespace grove::node
