@@ -1,4 +1,6 @@
 // grove-node: parses the command line, then runs a node (or a status / request client).
+#include <malloc.h>
+
 #include <cstdio>
 #include <exception>
 
@@ -97,6 +99,12 @@ int run_client(const node::CliOptions& o) {
 
 int main(int argc, char** argv) {
   using namespace grove::node;
+  // Model-sized buffers (θ, φ, snapshots, checkpoints, exchange tensors) come and go every round.
+  // glibc raises its mmap threshold after the first such free (up to 32 MiB); from then on
+  // buffers below that are carved from the heap and their pages stay resident after free. A
+  // fixed 1 MiB threshold keeps every large buffer a mapping of its own, returned when freed
+  // (measured peak RSS of a gpt-base node alone: 1.67 GB → 1.26 GB).
+  ::mallopt(M_MMAP_THRESHOLD, 1 << 20);
   CliOptions o;
   try {
     o = parse_cli(argc, argv);
