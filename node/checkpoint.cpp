@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <functional>
 
 #include "transport/crypto.hpp"
 
@@ -27,11 +28,6 @@ std::uint64_t get_le(const std::uint8_t* p, int bytes) {
   for (int i = bytes - 1; i >= 0; --i) v = (v << 8) | p[i];
   return v;
 }
-void section(std::vector<std::uint8_t>& b, std::uint32_t tag, std::span<const std::uint8_t> data) {
-  put_le(b, tag, 4);
-  put_le(b, data.size(), 8);
-  b.insert(b.end(), data.begin(), data.end());
-}
 
 std::error_code last_error() {
   return {errno, std::generic_category()};
@@ -46,19 +42,42 @@ void fsync_dir(const std::filesystem::path& dir) {
 }
 }  // namespace
 
-std::vector<std::uint8_t> encode_checkpoint(const Checkpoint& c) {
-  std::vector<std::uint8_t> b(kMagic, kMagic + 8);
-  section(b, kConf,
-          {reinterpret_cast<const std::uint8_t*>(c.config_text.data()), c.config_text.size()});
+namespace {
+// The file's bytes in order, each piece handed to `sink` (false: stop). The checksum is taken
+// along the way, so the file is never assembled in memory.
+bool emit_checkpoint(const Checkpoint& c,
+                     const std::function<bool(std::span<const std::uint8_t>)>& sink) {
+  transport::Blake2b256 h;
+  const auto out = [&](std::span<const std::uint8_t> piece) {
+    h.update(piece);
+    return sink(piece);
+  };
+  const auto sec = [&](std::uint32_t tag, std::span<const std::uint8_t> data) {
+    std::vector<std::uint8_t> head;
+    put_le(head, tag, 4);
+    put_le(head, data.size(), 8);
+    return out(head) && out(data);
+  };
   std::vector<std::uint8_t> meta;
   put_le(meta, c.step, 8);
   put_le(meta, c.round, 8);
   put_le(meta, c.tokens, 8);
-  section(b, kMeta, meta);
-  section(b, kOutr, optim::serialize(c.outer));
-  section(b, kWork, c.workload);
-  const auto h = transport::blake2b_256(b);
-  b.insert(b.end(), h.begin(), h.end());
+  if (!out({reinterpret_cast<const std::uint8_t*>(kMagic), 8}) ||
+      !sec(kConf,
+           {reinterpret_cast<const std::uint8_t*>(c.config_text.data()), c.config_text.size()}) ||
+      !sec(kMeta, meta) || !sec(kOutr, optim::serialize(c.outer)) || !sec(kWork, c.workload))
+    return false;
+  const auto d = h.final();
+  return sink(d);
+}
+}  // namespace
+
+std::vector<std::uint8_t> encode_checkpoint(const Checkpoint& c) {
+  std::vector<std::uint8_t> b;
+  emit_checkpoint(c, [&](std::span<const std::uint8_t> piece) {
+    b.insert(b.end(), piece.begin(), piece.end());
+    return true;
+  });
   return b;
 }
 
@@ -109,50 +128,58 @@ std::optional<Checkpoint> decode_checkpoint(std::span<const std::uint8_t> bytes,
   return c;
 }
 
-std::error_code write_file_atomically(const std::filesystem::path& path,
-                                      std::span<const std::uint8_t> data) {
+namespace {
+// Writes `path` from the pieces `fill` hands to its sink, through a temporary file: write, fsync,
+// rename, fsync the directory. At no instant does `path` hold a partial file.
+std::error_code write_pieces_atomically(
+    const std::filesystem::path& path,
+    const std::function<bool(const std::function<bool(std::span<const std::uint8_t>)>&)>& fill) {
   auto tmp = path;
   tmp += ".tmp." + std::to_string(::getpid());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return last_error();
-  std::size_t off = 0;
-  while (off < data.size()) {
-    const ssize_t n = ::write(fd, data.data() + off, data.size() - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const auto ec = n < 0 ? last_error() : std::make_error_code(std::errc::io_error);
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return ec;
+  std::error_code ec;
+  const bool filled = fill([&](std::span<const std::uint8_t> data) {
+    for (std::size_t off = 0; off < data.size();) {
+      const ssize_t n = ::write(fd, data.data() + off, data.size() - off);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        ec = n < 0 ? last_error() : std::make_error_code(std::errc::io_error);
+        return false;
+      }
+      off += static_cast<std::size_t>(n);
     }
-    off += static_cast<std::size_t>(n);
-  }
-  if (::fsync(fd) != 0) {
-    const auto ec = last_error();
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    return ec;
-  }
+    return true;
+  });
+  if (!filled && !ec) ec = std::make_error_code(std::errc::io_error);
+  if (!ec && ::fsync(fd) != 0) ec = last_error();
   ::close(fd);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const auto ec = last_error();
+  if (!ec && ::rename(tmp.c_str(), path.c_str()) != 0) ec = last_error();
+  if (ec) {
     ::unlink(tmp.c_str());
     return ec;
   }
   fsync_dir(path.parent_path());
   return {};
 }
+}  // namespace
+
+std::error_code write_file_atomically(const std::filesystem::path& path,
+                                      std::span<const std::uint8_t> data) {
+  return write_pieces_atomically(path, [&](const auto& sink) { return sink(data); });
+}
 
 std::error_code save_checkpoint(const std::filesystem::path& dir, const Checkpoint& c) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return ec;
-  const auto bytes = encode_checkpoint(c);
   const auto cur = dir / "checkpoint.bin", prev = dir / "checkpoint.prev";
   // Write the new file first (under a temporary name), then move the old one aside and the new
   // one in: at every instant one complete checkpoint exists under one of the two names.
   auto next = dir / "checkpoint.next";
-  if ((ec = write_file_atomically(next, bytes))) return ec;
+  if ((ec = write_pieces_atomically(next,
+                                    [&](const auto& sink) { return emit_checkpoint(c, sink); })))
+    return ec;
   if (std::filesystem::exists(cur) && ::rename(cur.c_str(), prev.c_str()) != 0) return last_error();
   if (::rename(next.c_str(), cur.c_str()) != 0) return last_error();
   fsync_dir(dir);

@@ -284,18 +284,19 @@ struct Node::Impl {
   }
   void serve_status();
   void serve_requests();
-  Checkpoint make_checkpoint(const optim::OuterState& st) {
+  Checkpoint make_checkpoint(optim::OuterState st) {
     Checkpoint c;
     c.config_text = config.to_text();
     c.step = step;
     c.round = st.round;
     c.tokens = tokens;
-    c.outer = st;
+    c.outer = std::move(st);
     c.workload = workload->save();
     return c;
   }
-  void checkpoint(const optim::OuterState& st) {
-    if (auto ec = save_checkpoint(state_dir, make_checkpoint(st)))
+  // Takes the state by value: callers move their copy in (a model-sized copy less per round).
+  void checkpoint(optim::OuterState st) {
+    if (auto ec = save_checkpoint(state_dir, make_checkpoint(std::move(st))))
       spdlog::error("checkpoint not written ({}); the previous one stays", ec.message());
   }
 };
@@ -700,7 +701,7 @@ int Node::Impl::train() {
     in_flight = false;
     bytes_sent += r.bytes_sent;
     bytes_received += r.bytes_received;
-    const auto st = engine_state();
+    auto st = engine_state();
     if (o.overlap && r.kind == gossip::RoundReport::Kind::round) {
       workload->get_params(theta);
       std::promise<void> p;
@@ -715,7 +716,7 @@ int Node::Impl::train() {
     }
     workload->set_params(theta);
     rounds = st.round;
-    checkpoint(st);  // before the round is reported: a printed round is a saved round
+    checkpoint(std::move(st));  // before the round is reported: a printed round is a saved round
     {
       const auto now = SteadyClock::now();
       if (r.kind == gossip::RoundReport::Kind::round &&
@@ -852,8 +853,7 @@ int Node::Impl::train() {
 
   // Leaving: say so in the member record, write the checkpoint, go.
   publish_status("leaving");
-  const auto st = engine_state();
-  checkpoint(st);
+  checkpoint(engine_state());
   {
     std::promise<void> p;
     auto f = p.get_future();
