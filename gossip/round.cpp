@@ -173,6 +173,26 @@ void RoundEngine::on_match(MatchResult m, Time now) {
     return finish_round(std::move(r), now);
   }
 
+  if (diloco && !m.average_phi && opts_.diloco_group == 0 &&
+      now - submitted_ < std::min(opts_.group_wait, 3 * opts_.match.window)) {
+    // Members at our round that are missing from this window's group would average apart from
+    // it one window later, and the two halves' slow weights would differ from then on: wait a
+    // window or two for them (a dead member is given up on after that; it leaves the view).
+    std::size_t at_round = 0;
+    bool ahead = false;
+    for (const auto& mem : members_.live(now)) {
+      if (mem.id == dht_.id() || departed_.contains(mem.id)) continue;
+      ahead |= mem.round > state_.round;
+      at_round += mem.round == state_.round;
+    }
+    if (!ahead && m.group.size() < at_round + 1) {
+      groups_->ready(
+          state_.round, addresses_, now,
+          guarded(alive_, [this](MatchResult m2) { on_match(std::move(m2), dht_.now()); }),
+          entering_diloco_);
+      return;
+    }
+  }
   const OpId op = group_op(run_id_, m.window, m.group);
   const NodeId self = dht_.id();
   StartOp start;

@@ -271,6 +271,23 @@ TEST(RoundEngine, DiLoCoMembersInDifferentWindowsWaitForEachOther) {
   }
 }
 
+// Two halves of a DiLoCo swarm whose rounds end one window apart must not average as two
+// separate groups (their slow weights would differ from then on): the earlier half waits a
+// window for the rest.
+TEST(RoundEngine, DiLoCoHalvesOneWindowApartStayOneGroup) {
+  auto o = fast_options(OuterMode::diloco);
+  o.round.match.patience = ms(0);
+  Swarm s(23, o);
+  s.bootstrap({ms(3000), {}});
+  s.join(0, {ms(3000), {}});
+  s.run_for(ms(2100));
+  s.join(0, {ms(3000), {}});
+  s.join(0, {ms(3000), {}});
+  s.run_for(ms(120'000));
+  expect_identical_per_round(s, 10);
+  for (std::size_t i = 0; i < s.size(); ++i) EXPECT_GE(s.rounds(i), 10u) << "node " << i;
+}
+
 TEST(RoundEngine, DiLoCoMemberKilledMidAllReduceLeavesSurvivorsIdentical) {
   auto o = fast_options(OuterMode::diloco);
   o.params = 1 << 16;  // an all-reduce that takes a while on the modelled links
