@@ -6,7 +6,10 @@
 //             [--lr 0.001] [--warmup 100] [--timed 20] [--eval-every 100]
 //
 // --steps 0 only times (--timed steps after 3 warm-up steps); otherwise the run trains --steps
-// steps with a cosine schedule over them and evaluates every --eval-every steps.
+// steps with a cosine schedule over them and evaluates every --eval-every steps. Both end with the
+// process's peak resident memory (getrusage), the "workload alone" baseline of bench/memory.py.
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -22,6 +25,13 @@
 
 using namespace grove::node;
 using Clock = std::chrono::steady_clock;
+
+static void print_peak_rss() {
+  rusage ru{};
+  ::getrusage(RUSAGE_SELF, &ru);
+  const double peak = static_cast<double>(ru.ru_maxrss) * 1024.0;
+  std::printf("peak RSS %.0f bytes (%.1f MB)\n", peak, peak / 1e6);
+}
 
 int main(int argc, char** argv) {
   WorkloadSpec spec;
@@ -74,6 +84,7 @@ int main(int argc, char** argv) {
     std::printf("step median %.1f ms (min %.1f, max %.1f): %.2f steps/s, %.0f tokens/s\n",
                 med * 1e3, t.front() * 1e3, t.back() * 1e3, 1 / med,
                 c.batch * double(c.seq_len) / med);
+    print_peak_rss();
     return 0;
   }
 
@@ -91,5 +102,6 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     }
   }
+  print_peak_rss();
   return 0;
 }

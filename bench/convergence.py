@@ -1,0 +1,316 @@
+#!/usr/bin/python3
+"""Convergence of the default workload: N grove-node processes averaging with NoLoCo, the same N
+with DiLoCo, and one node running N x the steps, on loopback. Eval loss against compute (inner
+steps summed over the nodes) and against bytes sent (summed over the nodes).
+
+Every configuration is the same run config (seed, model, batch, inner steps, schedule, ...) except
+--outer; the single node runs N x the steps of a swarm node, and every node's cosine schedule
+spans its own steps (--schedule-steps = its --max-steps), so each run decays fully. The single
+node is alone: its rounds are local-only outer steps (--single-outer, default noloco).
+
+Writes to --out (default bench-out/):
+  convergence.csv        one row per eval/round/stop event per node per configuration
+  convergence_curve.csv  per configuration and eval step: mean/min/max eval loss over the nodes,
+                         total inner steps and total bytes sent over the nodes
+  convergence.png        two panels: eval loss vs total inner steps, vs total bytes sent
+                         (needs matplotlib: apt-get install python3-matplotlib)
+  convergence/<config>/  each node's stdout, stderr and metrics
+and prints, per configuration, the final eval loss with its ratio to the single node's (and of
+its gap to the loss floor), the rounds averaged/local-only, partners per round, state syncs and
+how many different slow weights the nodes ended with (DiLoCo: 1 unless the swarm split), plus
+the warnings and errors of the nodes' logs. --report-only rebuilds all of it from the metrics
+of an earlier run.
+
+Defaults fit a 2-core machine (about 3 + 3 + 6 minutes here): gpt tiny (0.12M parameters),
+1000 steps per swarm node with 1 compute thread each (4 processes share the cores), 4000 on the
+single node.
+"""
+
+import argparse
+import csv
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import nodebench as nb  # noqa: E402
+
+
+def parse_args():
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap.add_argument("--binary", default=nb.DEFAULT_BINARY, help="grove-node executable")
+    ap.add_argument("--out", default="bench-out", help="output directory")
+    ap.add_argument("--configs", default="noloco,diloco,single",
+                    help="which configurations to run, comma-separated (noloco, diloco, single)")
+    ap.add_argument("--nodes", type=int, default=4, help="swarm size")
+    ap.add_argument("--steps", type=int, default=1000, help="inner steps per swarm node")
+    ap.add_argument("--single-factor", type=int, default=0,
+                    help="the single node runs this many x --steps (0: --nodes)")
+    ap.add_argument("--single-outer", default="noloco", choices=["noloco", "diloco"],
+                    help="outer optimiser of the lone node's local-only rounds")
+    ap.add_argument("--model-size", default="tiny", help="gpt preset (tiny, small, base)")
+    ap.add_argument("--workload", default="gpt", help="gpt or mlp")
+    ap.add_argument("--inner-steps", type=int, default=50, help="H, inner steps per round")
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--seq-len", type=int, default=128)
+    ap.add_argument("--lr", default="0.001")
+    ap.add_argument("--warmup", type=int, default=100)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--window-ms", type=int, default=2000, help="matchmaking window")
+    ap.add_argument("--eval-every", type=int, default=50)
+    ap.add_argument("--eval-batches", type=int, default=8)
+    ap.add_argument("--threads", type=int, default=1, help="compute threads per node")
+    ap.add_argument("--timeout", type=float, default=1800, help="seconds per configuration")
+    ap.add_argument("--keep-state", action="store_true", help="keep the nodes' state dirs")
+    ap.add_argument("--no-plot", action="store_true", help="CSV only")
+    ap.add_argument("--report-only", action="store_true",
+                    help="run nothing: rebuild the CSVs, the PNG and the table from the metrics "
+                    "the nodes of an earlier run left in --out/convergence/<config>/")
+    return ap.parse_args()
+
+
+def run_config(a, binary, name, outer, nodes, steps, logroot):
+    logdir = nb.fresh_dir(os.path.join(logroot, name))
+    sd = nb.statedir(a.keep_state)
+    run_args = ["--workload", a.workload, "--model-size", a.model_size, "--seed", str(a.seed),
+                "--inner-steps", str(a.inner_steps), "--batch", str(a.batch),
+                "--seq-len", str(a.seq_len), "--lr", a.lr, "--warmup", str(a.warmup),
+                "--schedule-steps", str(steps), "--outer", outer,
+                "--window-ms", str(a.window_ms), "--eval-every", str(a.eval_every),
+                "--eval-batches", str(a.eval_batches)]
+    node_args = ["--max-steps", str(steps), "--threads", str(a.threads)]
+    print(f"[{name}] {nodes} node(s) x {steps} steps, --outer {outer}; logs in {logdir}",
+          flush=True)
+    t0 = time.monotonic()
+    swarm = nb.start_swarm(binary, nodes, run_args, node_args, logdir, sd)
+    nb.wait_all(swarm, a.timeout)
+    print(f"[{name}] done in {time.monotonic() - t0:.0f} s", flush=True)
+    return swarm
+
+
+def event_rows(name, swarm):
+    """CSV rows: every eval/round/stop event of every node, with the swarm's totals (steps and
+    bytes sent summed over the nodes, each at its latest event) at that moment."""
+    evs = []
+    for i, nd in enumerate(swarm):
+        for e in nd.events():
+            if e["event"] in ("eval", "round", "synced", "stop", "start"):
+                evs.append((e["time"], i, e))
+    evs.sort(key=lambda x: (x[0], x[1]))
+    t_start = evs[0][0] if evs else 0
+    last_step = [0] * len(swarm)
+    last_bytes = [0] * len(swarm)
+    rows = []
+    for t, i, e in evs:
+        last_step[i] = e["step"]
+        last_bytes[i] = e["bytes_sent"]
+        if e["event"] == "start":
+            continue
+        rows.append({
+            "config": name, "node": i, "node_id": e["node"], "event": e["event"],
+            "time_s": round(t - t_start, 3), "step": e["step"], "round": e["round"],
+            "eval_loss": e.get("eval_loss"), "loss_floor": e.get("loss_floor"),
+            "train_loss": e.get("loss"),
+            "bytes_sent": e["bytes_sent"], "bytes_received": e["bytes_received"],
+            "partners": len(e.get("partners", [])) if e["event"] == "round" else "",
+            "local_only": e.get("local_only", ""), "param_hash": e.get("param_hash", ""),
+            "swarm_steps": sum(last_step), "swarm_bytes_sent": sum(last_bytes)})
+    return rows
+
+
+def curve(name, swarm):
+    """Per eval step s (every node evaluates at the same steps): mean/min/max eval loss over the
+    nodes that reached s, compute = sum over them of s, bytes = sum of their bytes sent then."""
+    by_step = {}
+    for nd in swarm:
+        for e in nd.events("eval"):
+            by_step.setdefault(e["step"], []).append(e)
+    out = []
+    for s in sorted(by_step):
+        es = by_step[s]
+        losses = [e["eval_loss"] for e in es if e["eval_loss"] is not None]
+        if not losses:
+            continue
+        out.append({"config": name, "step_per_node": s, "nodes": len(es),
+                    "total_steps": s * len(es),
+                    "total_bytes_sent": sum(e["bytes_sent"] for e in es),
+                    "eval_loss_mean": sum(losses) / len(losses),
+                    "eval_loss_min": min(losses), "eval_loss_max": max(losses),
+                    "loss_floor": es[0].get("loss_floor")})
+    return out
+
+
+def write_csv(path, rows):
+    if not rows:
+        return
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
+        w.writeheader()
+        w.writerows(rows)
+
+
+LABELS = {"noloco": "{n} nodes NoLoCo", "diloco": "{n} nodes DiLoCo",
+          "single": "1 node, {f}x steps"}
+COLORS = {"noloco": "tab:blue", "diloco": "tab:orange", "single": "tab:green"}
+
+
+def plot(path, curves, finals, floor, title, labels):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        from matplotlib.ticker import NullFormatter, ScalarFormatter
+    except ImportError:
+        print("matplotlib is not installed: no PNG written (the CSVs are complete). Install it "
+              "with `apt-get install python3-matplotlib` and run again.")
+        return False
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.8))
+    for name, pts in curves.items():
+        if not pts:
+            continue
+        label = labels[name]
+        x = [p["total_steps"] for p in pts]
+        y = [p["eval_loss_mean"] for p in pts]
+        ax1.plot(x, y, color=COLORS[name], label=label)
+        if name != "single":
+            ax1.fill_between(x, [p["eval_loss_min"] for p in pts],
+                             [p["eval_loss_max"] for p in pts], color=COLORS[name], alpha=0.2)
+            xb = [p["total_bytes_sent"] / 1e6 for p in pts]
+            ax2.plot(xb, y, color=COLORS[name], label=label)
+            ax2.fill_between(xb, [p["eval_loss_min"] for p in pts],
+                             [p["eval_loss_max"] for p in pts], color=COLORS[name], alpha=0.2)
+        elif name in finals:
+            ax2.axhline(finals[name], color=COLORS[name], linestyle=":",
+                        label=label + ": final (0 bytes)")
+    for ax in (ax1, ax2):
+        if floor is not None:
+            ax.axhline(floor, color="gray", linestyle="--", label="loss floor (source entropy)")
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(ScalarFormatter())
+        ax.yaxis.set_minor_formatter(NullFormatter())
+        ax.set_yticks([t for t in (0.6, 0.8, 1, 1.5, 2, 3, 4, 5, 6)
+                       if floor is None or t >= floor * 0.75])
+        ax.set_ylabel("eval loss (nats/byte; mean over nodes, band min-max)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    ax1.set_xlabel("compute: inner steps summed over the nodes")
+    ax2.set_xlabel("bytes sent, summed over the nodes (MB)")
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    print(f"wrote {path}")
+    return True
+
+
+def summarise(name, swarm):
+    """Final figures of one configuration, from its nodes' metrics."""
+    stops = [nd.stop_event() for nd in swarm]
+    if any(st is None for st in stops):
+        raise nb.BenchError(f"[{name}] a node wrote no stop event")
+    finals = [st["eval_loss"] for st in stops]
+    rounds = [e for nd in swarm for e in nd.events("round")]
+    starts = [e["time"] for nd in swarm for e in nd.events("start")]
+    # The slow weights each node ended with (DiLoCo: one value when the swarm stayed together).
+    last_hash = set()
+    for nd in swarm:
+        rs = [e for e in nd.events() if e["event"] in ("round", "synced")]
+        if rs:
+            last_hash.add(rs[-1]["param_hash"])
+    return {
+        "nodes": len(swarm), "steps": sum(st["step"] for st in stops),
+        "steps_per_node": max(st["step"] for st in stops),
+        "bytes": sum(st["bytes_sent"] for st in stops),
+        "final_mean": sum(finals) / len(finals), "final_min": min(finals),
+        "final_max": max(finals), "floor": stops[0]["loss_floor"],
+        "averaged": sum(st["rounds_averaged"] for st in stops),
+        "local": sum(st["rounds_local"] for st in stops),
+        "syncs": sum(st["syncs"] for st in stops),
+        "partners": sum(len(e.get("partners", [])) for e in rounds) / max(len(rounds), 1),
+        "phis": len(last_hash),
+        "wall": max(st["time"] for st in stops) - min(starts) if starts else float("nan")}
+
+
+def main():
+    a = parse_args()
+    configs = [c.strip() for c in a.configs.split(",") if c.strip()]
+    for c in configs:
+        if c not in LABELS:
+            raise nb.BenchError(f"--configs: unknown configuration {c!r}")
+    logroot = os.path.join(a.out, "convergence")
+    swarms = {}
+    if a.report_only:
+        for c in configs:
+            d = os.path.join(logroot, c)
+            if os.path.isdir(d) and nb.load_nodes(d):
+                swarms[c] = nb.load_nodes(d)
+        if not swarms:
+            raise nb.BenchError(f"no metrics under {logroot}/<config>/: run without --report-only")
+    else:
+        binary = nb.check_binary(a.binary)
+        factor = a.single_factor or a.nodes
+        os.makedirs(a.out, exist_ok=True)
+        for c in configs:
+            if c == "single":
+                swarms[c] = run_config(a, binary, c, a.single_outer, 1, a.steps * factor, logroot)
+            else:
+                swarms[c] = run_config(a, binary, c, c, a.nodes, a.steps, logroot)
+    rows, curves, summ = [], {}, {}
+    for c, swarm in swarms.items():
+        rows += event_rows(c, swarm)
+        curves[c] = curve(c, swarm)
+        summ[c] = summarise(c, swarm)
+        nb.print_log_digest(swarm, f"[{c}]")
+    write_csv(os.path.join(a.out, "convergence.csv"), rows)
+    write_csv(os.path.join(a.out, "convergence_curve.csv"), [p for c in curves.values() for p in c])
+    print(f"wrote {os.path.join(a.out, 'convergence.csv')} ({len(rows)} rows) and "
+          f"{os.path.join(a.out, 'convergence_curve.csv')}")
+
+    # Sizes as run (with --report-only they come from the metrics, not from the options).
+    swarm_cfg = next((summ[c] for c in ("noloco", "diloco") if c in summ), None)
+    n = swarm_cfg["nodes"] if swarm_cfg else a.nodes
+    steps = swarm_cfg["steps_per_node"] if swarm_cfg else a.steps
+    factor = summ["single"]["steps"] // max(steps, 1) if "single" in summ else n
+    labels = {c: LABELS[c].format(n=n, f=factor) for c in summ}
+    floor = next(iter(summ.values()))["floor"]
+    if not a.no_plot:
+        title = (f"{a.workload} {a.model_size}: {n} nodes x {steps} steps vs 1 node x "
+                 f"{factor * steps} steps (H={a.inner_steps}, batch {a.batch}x{a.seq_len})")
+        plot(os.path.join(a.out, "convergence.png"), curves,
+             {c: s["final_mean"] for c, s in summ.items()}, floor, title, labels)
+
+    base = summ.get("single")
+    print()
+    print(f"Final eval loss (after each node's last round; floor {floor:.4f}; "
+          f"ratios vs the single node, same total inner steps)")
+    hdr = ["config", "nodes", "total steps", "MB sent", "rounds avg/local", "partners/round",
+           "syncs", "final phi", "final eval mean [min, max]", "gap to floor", "loss ratio",
+           "gap ratio", "wall s"]
+    out = []
+    for c, s in summ.items():
+        gap = s["final_mean"] - s["floor"]
+        lr = gr = "-"
+        if base:
+            lr = f"{s['final_mean'] / base['final_mean']:.3f}"
+            bg = base["final_mean"] - base["floor"]
+            gr = f"{gap / bg:.2f}" if bg > 0 else "-"
+        out.append([labels[c], str(s["nodes"]), str(s["steps"]), f"{nb.mb(s['bytes']):.1f}",
+                    f"{s['averaged']}/{s['local']}", f"{s['partners']:.2f}", str(s["syncs"]),
+                    f"{s['phis']} distinct",
+                    f"{s['final_mean']:.4f} [{s['final_min']:.4f}, {s['final_max']:.4f}]",
+                    f"{gap:.4f}", lr, gr, f"{s['wall']:.0f}"])
+    print(nb.table(out, hdr))
+    if base and "single" in curves:
+        at = [p for p in curves["single"] if p["step_per_node"] == steps]
+        if at:
+            print(f"(the single node at step {steps}, a swarm node's steps, with its longer "
+                  f"schedule: eval {at[0]['eval_loss_mean']:.4f})")
+    if "diloco" in summ and summ["diloco"]["phis"] > 1:
+        print(f"note: the DiLoCo nodes ended with {summ['diloco']['phis']} different slow "
+              "weights (param_hash of their last round): the swarm split or diverged")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(nb.main_guard(main))
