@@ -376,6 +376,29 @@ TEST(NodeProcess, DiLoCoSwarmTrainsAndGoesOnWhenAMemberIsKilled) {
   for (Proc* p : {&n0, &n1}) EXPECT_EQ(p->wait_exit(60s), 0) << p->log();
 }
 
+// With --overlap the nodes train on while they average and checkpoint in the background; they
+// still learn together, leave cleanly and leave a checkpoint that a restart resumes from.
+TEST(NodeProcess, OverlapTrainsTogetherAndCheckpointsInTheBackground) {
+  TempDir d;
+  Proc n0(bootstrap_args(d, "n0", {"--overlap"}));
+  const auto addr = listen_address(n0);
+  ASSERT_FALSE(addr.empty()) << n0.log();
+  std::smatch m;
+  ASSERT_TRUE(n0.expect(std::regex(R"(start +eval loss ([0-9.e-]+))"), 30s, &m)) << n0.log();
+  const double fresh = std::stod(m[1]);
+  Proc n1(join_args(d, "n1", addr, {"--overlap"}));
+  const std::regex averaged(R"(round +(\d+) .* eval ([0-9.e-]+) .* noloco with )");
+  for (Proc* p : {&n0, &n1})
+    for (int i = 0; i < 5; ++i) ASSERT_TRUE(p->expect(averaged, 60s, &m)) << p->log();
+  EXPECT_LT(std::stod(m[2]), 0.5 * fresh) << n1.log();
+  for (Proc* p : {&n0, &n1}) p->signal(SIGTERM);
+  for (Proc* p : {&n0, &n1}) EXPECT_EQ(p->wait_exit(60s), 0) << p->log();
+  Proc again({"--listen", "127.0.0.1:0", "--state-dir", d / "n1", "--max-steps", "1"});
+  ASSERT_TRUE(again.expect(std::regex(R"(resumed +round (\d+))"), 60s, &m)) << again.log();
+  EXPECT_GE(std::stoi(m[1]), 5);
+  EXPECT_EQ(again.wait_exit(60s), 0) << again.log();
+}
+
 TEST(NodeProcess, BadArgumentsExitTwoWithAMessage) {
   for (const auto& args : std::vector<std::vector<std::string>>{{"--inner-steps", "20"},
                                                                 {"--bootstrap", "--lr", "fast"},
