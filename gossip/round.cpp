@@ -118,10 +118,25 @@ void RoundEngine::submit(std::vector<float> theta, Time now) {
   if (switched) std::fill(state_.momentum.begin(), state_.momentum.end(), 0.0f);
   phase_ = Phase::matching;
   publish_self("averaging");
+  declare_ready(now);
+}
+
+void RoundEngine::declare_ready(Time now) {
   auto& mm = round_mode_ == OuterMode::diloco ? *groups_ : *pairs_;
   mm.ready(state_.round, addresses_, now,
            guarded(alive_, [this](MatchResult m) { on_match(std::move(m), dht_.now()); }),
            entering_diloco_);
+}
+
+RoundEngine::Others RoundEngine::others(Time now) const {
+  Others o;
+  for (const auto& mem : members_.live(now)) {
+    if (mem.id == dht_.id() || departed_.contains(mem.id)) continue;
+    ++o.live;
+    o.ahead |= mem.round > state_.round;
+    o.at_round += mem.round == state_.round;
+  }
+  return o;
 }
 
 std::vector<float> RoundEngine::delta() const {
@@ -145,54 +160,29 @@ void RoundEngine::on_match(MatchResult m, Time now) {
                now);
     return;
   }
+  const Others view = diloco ? others(now) : Others{};
   if (m.group.size() < 2) {
     r.note = m.note;
-    bool others = false, ahead = false;
-    for (const auto& mem : members_.live(now)) {
-      if (mem.id == dht_.id()) continue;
-      others = true;
-      ahead |= mem.round > state_.round;
-    }
-    if (diloco && others && !ahead && now - submitted_ < opts_.group_wait) {
-      // Nobody has ended this round without us: wait in the next windows for the group.
-      auto& mm = *groups_;
-      mm.ready(state_.round, addresses_, now,
-               guarded(alive_, [this](MatchResult m2) { on_match(std::move(m2), dht_.now()); }),
-               entering_diloco_);
-      return;
-    }
-    if (diloco && ahead) {
+    if (diloco && view.live > 0 && !view.ahead && now - submitted_ < opts_.group_wait)
+      return declare_ready(now);  // nobody has ended this round without us: wait for the group
+    if (diloco && view.ahead) {
       // The others averaged without us: our slow weights would differ from theirs from now on.
       begin_sync(state_.round + 1, false,
                  "left out of round " + std::to_string(state_.round) + ": " + m.note, now);
       return;
     }
-    if (diloco && others)
+    if (diloco && view.live > 0)
       r.note += "; waited " + std::to_string(opts_.group_wait.count() / 1000) + " s for the group";
     apply_local(r);
     return finish_round(std::move(r), now);
   }
-
-  if (diloco && !m.average_phi && opts_.diloco_group == 0 &&
-      now - submitted_ < std::min(opts_.group_wait, 3 * opts_.match.window)) {
-    // Members at our round that are missing from this window's group would average apart from
-    // it one window later, and the two halves' slow weights would differ from then on: wait a
-    // window or two for them (a dead member is given up on after that; it leaves the view).
-    std::size_t at_round = 0;
-    bool ahead = false;
-    for (const auto& mem : members_.live(now)) {
-      if (mem.id == dht_.id() || departed_.contains(mem.id)) continue;
-      ahead |= mem.round > state_.round;
-      at_round += mem.round == state_.round;
-    }
-    if (!ahead && m.group.size() < at_round + 1) {
-      groups_->ready(
-          state_.round, addresses_, now,
-          guarded(alive_, [this](MatchResult m2) { on_match(std::move(m2), dht_.now()); }),
-          entering_diloco_);
-      return;
-    }
-  }
+  // Members at our round missing from this window's group would average apart from it one
+  // window later, and the two halves' slow weights would differ from then on: wait a window or
+  // two for them (a dead member is given up on after that; it leaves the view).
+  if (diloco && !m.average_phi && opts_.diloco_group == 0 && !view.ahead &&
+      m.group.size() < view.at_round + 1 &&
+      now - submitted_ < std::min(opts_.group_wait, 3 * opts_.match.window))
+    return declare_ready(now);
   const OpId op = group_op(run_id_, m.window, m.group);
   const NodeId self = dht_.id();
   StartOp start;

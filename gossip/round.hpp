@@ -168,6 +168,14 @@ class RoundEngine {
   };
 
   void on_match(MatchResult m, Time now);
+  /// Declares us ready for our round in the next window (a new round, or waiting for the group).
+  void declare_ready(Time now);
+  /// The other live members in our view, less those seen leaving.
+  struct Others {
+    std::size_t live = 0, at_round = 0;  ///< all of them; those at our round
+    bool ahead = false;                  ///< one has ended our round already
+  };
+  Others others(Time now) const;
   void finish_round(RoundReport r, Time now);
   void apply_local(RoundReport& r);
   /// φ changed: hash it, publish round and hash, serve a snapshot and offer it.

@@ -752,10 +752,11 @@ int Node::Impl::train() {
       return;
     }
     in_flight = false;
+    const bool is_round = r.kind == gossip::RoundReport::Kind::round;
     bytes_sent += r.bytes_sent;
     bytes_received += r.bytes_received;
     auto st = engine_state();
-    if (o.overlap && r.kind == gossip::RoundReport::Kind::round) {
+    if (o.overlap && is_round) {
       workload->get_params(theta);
       std::promise<void> p;
       auto f = p.get_future();
@@ -775,10 +776,12 @@ int Node::Impl::train() {
       checkpoint_in_background(std::move(st));
     else
       checkpoint(std::move(st));
+    // The first partner's short id ("" when nobody), for the status, the live and round lines.
+    const std::string partner =
+        r.averaged_with.empty() ? "" : transport::to_hex(r.averaged_with.front()).substr(0, 8);
     {
       const auto now = SteadyClock::now();
-      if (r.kind == gossip::RoundReport::Kind::round &&
-          last_round_at != SteadyClock::time_point{}) {
+      if (is_round && last_round_at != SteadyClock::time_point{}) {
         round_time_sum += std::chrono::duration<double>(now - last_round_at).count();
         ++round_count;
       }
@@ -786,8 +789,7 @@ int Node::Impl::train() {
       std::lock_guard lk(status_mu);
       me.tokens_per_s = tps;
       me.last_sync_ms = static_cast<double>(r.sync_time.count());
-      me.last_partner =
-          r.averaged_with.empty() ? "" : transport::to_hex(r.averaged_with.front()).substr(0, 8);
+      me.last_partner = partner;
     }
     publish_status("training");
     last_partners.clear();
@@ -799,7 +801,6 @@ int Node::Impl::train() {
     const auto live = on_strand(dht->executor(),
                                 [&] { return members->live(dht::DhtRuntime::wall_now()).size(); });
     live_members = live;
-    const bool is_round = r.kind == gossip::RoundReport::Kind::round;
     if (is_round) {
       ++(r.local_only ? rounds_local : rounds_averaged);
       sync_ms_sum += static_cast<double>(r.sync_time.count());
@@ -807,21 +808,19 @@ int Node::Impl::train() {
       ++syncs;
     }
     {
-      char b[128];
+      std::string with = is_round ? "local-only" : "state sync";
+      if (!partner.empty()) {
+        with = "with " + partner;
+        if (r.averaged_with.size() > 1) with += " +" + std::to_string(r.averaged_with.size() - 1);
+      }
+      char b[64];
       std::snprintf(
-          b, sizeof b, "%s, %lld ms, %.2f/%.2f MB",
-          r.averaged_with.empty()
-              ? (is_round ? "local-only" : "state sync")
-              : ("with " + transport::to_hex(r.averaged_with.front()).substr(0, 8) +
-                 (r.averaged_with.size() > 1 ? " +" + std::to_string(r.averaged_with.size() - 1)
-                                             : std::string()))
-                    .c_str(),
-          static_cast<long long>(r.sync_time.count()), static_cast<double>(r.bytes_sent) / 1e6,
-          static_cast<double>(r.bytes_received) / 1e6);
-      last_sync = b;
+          b, sizeof b, ", %lld ms, %.2f/%.2f MB", static_cast<long long>(r.sync_time.count()),
+          static_cast<double>(r.bytes_sent) / 1e6, static_cast<double>(r.bytes_received) / 1e6);
+      last_sync = with + b;
     }
     const double wall = std::chrono::duration<double>(SteadyClock::now() - training_since).count();
-    event(r.kind == gossip::RoundReport::Kind::round ? "round" : "synced",
+    event(is_round ? "round" : "synced",
           ",\"mode\":" + json_string(gossip::to_string(r.mode)) + ",\"tokens_per_s\":" +
               json_number(tps) + ",\"round_bytes_sent\":" + std::to_string(r.bytes_sent) +
               ",\"round_bytes_received\":" + std::to_string(r.bytes_received) + ",\"local_only\":" +
@@ -973,9 +972,11 @@ void Node::Impl::summary(SteadyClock::time_point training_since) {
   std::printf("  node      %s, run %s, %.2f M tokens trained here\n", me.node.c_str(),
               run_name.c_str(), static_cast<double>(tokens) / 1e6);
   std::printf(
-      "  rounds    %llu here: %llu averaged, %llu local-only; %llu state sync(s)\n",
+      "  rounds    %llu here: %llu averaged, %llu local-only; %llu state sync(s); %llu "
+      "checkpoint(s) skipped while one was being written\n",
       static_cast<unsigned long long>(n_rounds), static_cast<unsigned long long>(rounds_averaged),
-      static_cast<unsigned long long>(rounds_local), static_cast<unsigned long long>(syncs));
+      static_cast<unsigned long long>(rounds_local), static_cast<unsigned long long>(syncs),
+      static_cast<unsigned long long>(ckpt_skipped));
   std::printf("  traffic   %.1f MB sent, %.1f MB received; mean sync %.0f ms, mean round %.1f s\n",
               static_cast<double>(bytes_sent) / 1e6, static_cast<double>(bytes_received) / 1e6,
               n_rounds ? sync_ms_sum / static_cast<double>(n_rounds) : 0.0,

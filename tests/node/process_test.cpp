@@ -161,6 +161,17 @@ std::string listen_address(Proc& p) {
   return m[1];
 }
 
+// A bootstrap node's listening address and the eval loss of its fresh model (its "start" line);
+// false when either does not come.
+bool started(Proc& p, std::string& addr, double& fresh) {
+  addr = listen_address(p);
+  std::smatch m;
+  if (addr.empty() || !p.expect(std::regex(R"(start +eval loss ([0-9.e-]+))"), 30s, &m))
+    return false;
+  fresh = std::stod(m[1]);
+  return true;
+}
+
 const std::regex kStopped(R"(stopped at step (\d+), round (\d+): eval loss ([0-9.e-]+))");
 
 TEST(NodeProcess, ThreeNodesTrainTogetherAndTheirLossDrops) {
@@ -322,11 +333,10 @@ TEST(NodeProcess, StatusListsTheMembersAndARequestSwitchesTheSwarmToDiLoCo) {
 TEST(NodeProcess, AJoinerMidRunStartsNearTheSwarmsLoss) {
   TempDir d;
   Proc n0(bootstrap_args(d, "n0"));
-  const auto addr = listen_address(n0);
-  ASSERT_FALSE(addr.empty()) << n0.log();
+  std::string addr;
+  double fresh = 0;
+  ASSERT_TRUE(started(n0, addr, fresh)) << n0.log();
   std::smatch m;
-  ASSERT_TRUE(n0.expect(std::regex(R"(start +eval loss ([0-9.e-]+))"), 30s, &m)) << n0.log();
-  const double fresh = std::stod(m[1]);
   Proc n1(join_args(d, "n1", addr));
   ASSERT_TRUE(n1.expect(std::regex("noloco with "), 60s)) << n1.log();
   ASSERT_TRUE(n0.expect(std::regex(R"(round +1[0-9] .* eval ([0-9.e-]+))"), 90s, &m)) << n0.log();
@@ -353,11 +363,10 @@ TEST(NodeProcess, AJoinerMidRunStartsNearTheSwarmsLoss) {
 TEST(NodeProcess, DiLoCoSwarmTrainsAndGoesOnWhenAMemberIsKilled) {
   TempDir d;
   Proc n0(bootstrap_args(d, "n0", {"--outer", "diloco"}));
-  const auto addr = listen_address(n0);
-  ASSERT_FALSE(addr.empty()) << n0.log();
+  std::string addr;
+  double fresh = 0;
+  ASSERT_TRUE(started(n0, addr, fresh)) << n0.log();
   std::smatch m;
-  ASSERT_TRUE(n0.expect(std::regex(R"(start +eval loss ([0-9.e-]+))"), 30s, &m)) << n0.log();
-  const double fresh = std::stod(m[1]);
   Proc n1(join_args(d, "n1", addr));
   Proc n2(join_args(d, "n2", addr));
   // A round of all three (the line names one partner "+1").
@@ -381,11 +390,10 @@ TEST(NodeProcess, DiLoCoSwarmTrainsAndGoesOnWhenAMemberIsKilled) {
 TEST(NodeProcess, OverlapTrainsTogetherAndCheckpointsInTheBackground) {
   TempDir d;
   Proc n0(bootstrap_args(d, "n0", {"--overlap"}));
-  const auto addr = listen_address(n0);
-  ASSERT_FALSE(addr.empty()) << n0.log();
+  std::string addr;
+  double fresh = 0;
+  ASSERT_TRUE(started(n0, addr, fresh)) << n0.log();
   std::smatch m;
-  ASSERT_TRUE(n0.expect(std::regex(R"(start +eval loss ([0-9.e-]+))"), 30s, &m)) << n0.log();
-  const double fresh = std::stod(m[1]);
   Proc n1(join_args(d, "n1", addr, {"--overlap"}));
   const std::regex averaged(R"(round +(\d+) .* eval ([0-9.e-]+) .* noloco with )");
   for (Proc* p : {&n0, &n1})
