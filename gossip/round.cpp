@@ -116,6 +116,18 @@ void RoundEngine::submit(std::vector<float> theta, Time now) {
   entering_diloco_ = switched && round_mode_ == OuterMode::diloco;
   // NoLoCo's m and DiLoCo's b are different quantities (and signs): restart from zero.
   if (switched) std::fill(state_.momentum.begin(), state_.momentum.end(), 0.0f);
+  if (repair_) {
+    auto rep = std::exchange(repair_, std::nullopt);
+    if (round_mode_ == OuterMode::diloco) {
+      // This phase was trained from slow weights that are not the group's: drop it and take
+      // the group's state (its donors hold the group's φ of that round or later).
+      ++repairs_;
+      return begin_sync(
+          rep->round, false,
+          "slow weights differ from the group's after round " + std::to_string(rep->round - 1), now,
+          std::move(rep->donors));
+    }
+  }
   phase_ = Phase::matching;
   publish_self("averaging");
   declare_ready(now);
@@ -371,12 +383,42 @@ void RoundEngine::check_member(const dht::MemberInfo& m) {
   if (it == expect_.end() || !it->second.group.contains(m.id)) return;
   if (!checked_.insert({m.round, m.id}).second) return;
   while (checked_.size() > 4096) checked_.erase(checked_.begin());
-  if (m.weights_hash == it->second.hash) return;
-  ++mismatches_;
+  it->second.seen[m.id] = m.weights_hash;
+  if (m.weights_hash != it->second.hash) {
+    ++mismatches_;
+    spdlog::error(
+        "slow weights differ after DiLoCo round {}: member {} published {} but ours are {} "
+        "({} mismatch(es) so far)",
+        m.round - 1, dht::short_hex(m.id), hex8(m.weights_hash), hex8(it->second.hash),
+        mismatches_);
+  }
+  judge(m.round);
+}
+
+// Which φ is the group's after a DiLoCo round: the hash a strict majority of its members
+// published, or, once all of them have, the most common one (ties to the lowest hash, so that
+// every member reaches the same verdict). A member holding another φ re-syncs from the holders.
+void RoundEngine::judge(std::uint64_t round) {
+  const auto it = expect_.find(round);
+  if (it == expect_.end() || repair_) return;
+  const Expect& e = it->second;
+  std::map<Digest, std::size_t> votes{{e.hash, 1}};
+  for (const auto& [id, h] : e.seen) ++votes[h];
+  auto best = votes.begin();
+  for (auto v = votes.begin(); v != votes.end(); ++v)
+    if (v->second > best->second) best = v;  // the map's order breaks ties to the lowest hash
+  const bool majority = 2 * best->second > e.group.size();
+  const bool everyone = e.seen.size() + 1 >= e.group.size();
+  if (best->first == e.hash || !(majority || everyone)) return;
+  Repair r;
+  r.round = round;
+  for (const auto& [id, h] : e.seen)
+    if (h == best->first) r.donors.insert(id);
   spdlog::error(
-      "slow weights differ after DiLoCo round {}: member {} published {} but ours are {} "
-      "({} mismatch(es) so far)",
-      m.round - 1, dht::short_hex(m.id), hex8(m.weights_hash), hex8(it->second.hash), mismatches_);
+      "our slow weights after DiLoCo round {} ({}) are not the group's ({}, held by {} of {}): "
+      "replacing them by state sync before our next round",
+      round - 1, hex8(e.hash), hex8(best->first), best->second, e.group.size());
+  repair_ = std::move(r);
 }
 
 // ---- mode schedule
@@ -433,8 +475,10 @@ void RoundEngine::request_mode(OuterMode mode, std::optional<std::uint64_t> from
 
 // ---- state sync --------------------------------------------------------------------------------
 
-void RoundEngine::begin_sync(std::uint64_t min_round, bool joining, std::string why, Time now) {
+void RoundEngine::begin_sync(std::uint64_t min_round, bool joining, std::string why, Time now,
+                             std::set<NodeId> donors) {
   phase_ = Phase::syncing;
+  sync_donors_ = std::move(donors);
   joining_ = joining;
   sync_min_round_ = min_round;
   sync_started_ = now;
@@ -459,6 +503,7 @@ void RoundEngine::on_offers(std::uint64_t attempt, dht::GetResult res, Time now)
     if (!o || o->run_id != run_id_ || o->round < sync_min_round_) continue;
     o->donor = rec.owner_id();
     if (o->donor == dht_.id() || o->address.empty()) continue;
+    if (!sync_donors_.empty() && !sync_donors_.contains(o->donor)) continue;
     // Joiners spread over the donors of the newest round: order ties by a hash of both ids.
     transport::Blake2b256 h;
     h.update(dht_.id());

@@ -14,8 +14,10 @@
 //     nobody completed; the momentum restarts from zero when the mode changes;
 //  5. publishes the new round and the BLAKE2b-256 of φ in its member record, checks the records
 //     of its DiLoCo group for the same round against its own hash (a mismatch is logged as an
-//     error and counted), and serves a snapshot of its state to joiners (gossip/state_sync.hpp),
-//     announced by a signed offer record.
+//     error and counted; a member whose hash is not the group's — a strict majority's, or, once
+//     every member has published, the most common with ties to the lowest — replaces its state
+//     by state sync from a member holding the group's hash instead of its next round), and serves a
+//     snapshot of its state to joiners (gossip/state_sync.hpp), announced by a signed offer record.
 // A joiner starts with join(): it reads the offers and downloads the newest state. A DiLoCo member
 // that was left out of a round (too slow for the window, not at the swarm's round, or excluded
 // from the all-reduce) catches up the same way instead of applying a step of its own: its slow
@@ -29,7 +31,9 @@
 
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
+#include <optional>
 #include <set>
 
 #include "dht/membership.hpp"
@@ -157,6 +161,8 @@ class RoundEngine {
   std::vector<RoundReport> take_reports() { return std::exchange(reports_, {}); }
   /// DiLoCo group members whose published hash for a round differed from ours.
   std::uint64_t mismatches() const { return mismatches_; }
+  /// Times our slow weights were found to be the odd ones out and replaced from the group's.
+  std::uint64_t repairs() const { return repairs_; }
   std::uint64_t syncs() const { return syncs_; }
   const NodeId& id() const { return dht_.id(); }
 
@@ -164,7 +170,13 @@ class RoundEngine {
   enum class Phase { none, idle, matching, running, syncing };
   struct Expect {
     Digest hash{};
-    std::set<NodeId> group;
+    std::set<NodeId> group;         ///< ourselves included
+    std::map<NodeId, Digest> seen;  ///< hashes the others published for the round
+  };
+  /// Our slow weights were found to differ from the group's: re-sync from these members.
+  struct Repair {
+    std::uint64_t round = 0;  ///< the round (after the step) where they differed
+    std::set<NodeId> donors;  ///< members holding the group's hash
   };
 
   void on_match(MatchResult m, Time now);
@@ -181,12 +193,16 @@ class RoundEngine {
   /// φ changed: hash it, publish round and hash, serve a snapshot and offer it.
   void after_state(Time now);
   void publish_self(const char* status);
-  void begin_sync(std::uint64_t min_round, bool joining, std::string why, Time now);
+  /// Downloads a state of at least `min_round`; from `donors` only when given.
+  void begin_sync(std::uint64_t min_round, bool joining, std::string why, Time now,
+                  std::set<NodeId> donors = {});
   void on_offers(std::uint64_t attempt, dht::GetResult res, Time now);
   void sync_done(Time now);
   void sync_failed(const std::string& why, Time now);
   void poll_modes(Time now);
   void check_member(const dht::MemberInfo& m);
+  /// Decides, from the hashes seen so far for `round`, whether ours is the group's.
+  void judge(std::uint64_t round);
   std::vector<float> delta() const;
   optim::FloatBuffer spare_;  // the last all-reduce's result buffer, for the next one
 
@@ -226,13 +242,15 @@ class RoundEngine {
   std::uint64_t sync_min_round_ = 0, sync_attempt_ = 0;
   Time sync_started_{0}, offers_retry_{Time::max()};
   std::string sync_why_;
+  std::set<NodeId> sync_donors_;  // empty: any donor
   std::uint64_t offer_seq_ = 0;
 
   // consistency
   std::map<std::uint64_t, Expect> expect_;  // round after the step → our hash and group
   std::set<std::pair<std::uint64_t, NodeId>> checked_;
   std::set<NodeId> departed_;  // members seen leaving or expiring: their ready records are ignored
-  std::uint64_t mismatches_ = 0, syncs_ = 0;
+  std::optional<Repair> repair_;  // our φ is not the group's: the next DiLoCo submit re-syncs
+  std::uint64_t mismatches_ = 0, syncs_ = 0, repairs_ = 0;
 };
 
 }  // namespace grove::gossip

@@ -1,13 +1,15 @@
 // The round engine end to end in a simulated swarm (sim::Swarm): NoLoCo pairs every round, a slow
 // node does not stall the others, DiLoCo members stay bit-identical, the run-time switch to DiLoCo
 // and back, a joiner during an all-reduce, a straggler that catches up, a member killed
-// mid-all-reduce, and the hash check that catches a member whose weights differ.
+// mid-all-reduce, the hash check that catches a member whose weights differ, and the re-sync that
+// replaces them by the group's.
 #include "gossip/round.hpp"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <map>
+#include <set>
 
 #include "sim/swarm.hpp"
 
@@ -374,6 +376,35 @@ TEST(RoundEngine, HashMismatchIsDetectedAndCounted) {
   s.membership(1).set_self(self);
   ASSERT_TRUE(s.run_until([&] { return s.engine(0).mismatches() + s.engine(2).mismatches() >= 1; },
                           ms(20'000)));
+}
+
+TEST(RoundEngine, DiLoCoMemberWithOtherSlowWeightsReSyncsFromTheGroup) {
+  Swarm s(19, fast_options(OuterMode::diloco));
+  grow(s, 3, {ms(3000), {}});
+  ASSERT_TRUE(s.run_until([&] { return s.rounds(1) >= 3 && s.engine(1).idle(); }, ms(120'000)));
+  // Node 1's slow weights change under it (a fault the protocol cannot see coming): from now on
+  // every all-reduce would carry the difference on, so the group's check must replace them.
+  s.dht_network().call(1, [&](dht::DhtNode& d) {
+    auto st = s.engine(1).state();
+    for (auto& v : st.phi) v += 0.25f;
+    s.engine(1).start(std::move(st), d.now());
+  });
+  const std::uint64_t from = s.engine(1).state().round;
+  ASSERT_TRUE(s.run_until([&] { return s.engine(1).repairs() >= 1; }, ms(60'000)));
+  s.run_for(ms(60'000));
+  EXPECT_EQ(s.engine(1).repairs(), 1u);
+  EXPECT_EQ(s.engine(0).repairs() + s.engine(2).repairs(), 0u);  // the majority keeps its φ
+  // From some round on, the three end every round with one φ again.
+  std::map<std::uint64_t, std::set<Digest>> hashes;
+  for (std::size_t i = 0; i < s.size(); ++i)
+    for (const auto& r : s.reports(i))
+      if (r.kind == RoundReport::Kind::round && !r.local_only && r.round > from + 3)
+        hashes[r.round].insert(r.weights_hash);
+  ASSERT_GE(hashes.size(), 5u);
+  for (const auto& [round, h] : hashes) EXPECT_EQ(h.size(), 1u) << "round " << round;
+  if (s.engine(1).state().round == s.engine(0).state().round) {
+    EXPECT_EQ(s.engine(1).state().phi, s.engine(0).state().phi);
+  }
 }
 
 }  // namespace
