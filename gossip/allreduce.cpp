@@ -50,9 +50,10 @@ RingAllReduce::RingAllReduce(OpId op, NodeId self, std::vector<NodeId> ring,
       result_(std::move(out)) {
   if (std::find(original_.begin(), original_.end(), self_) == original_.end())
     throw std::invalid_argument("all-reduce ring does not contain this node");
-  auto sorted = original_;
-  std::sort(sorted.begin(), sorted.end());
-  if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end())
+  original_sorted_ = original_;
+  std::sort(original_sorted_.begin(), original_sorted_.end());
+  if (std::adjacent_find(original_sorted_.begin(), original_sorted_.end()) !=
+      original_sorted_.end())
     throw std::invalid_argument("all-reduce ring lists a member twice");
   if (opts_.chunk_values == 0 || opts_.chunk_values % 256 != 0)
     throw std::invalid_argument("all-reduce chunk_values must be a positive multiple of 256");
@@ -86,6 +87,8 @@ void RingAllReduce::start_attempt(Time now) {
   for (const auto& id : original_)
     if (!suspects_.count(id)) ring_.push_back(id);
   me_ = static_cast<std::size_t>(std::find(ring_.begin(), ring_.end(), self_) - ring_.begin());
+  ring_sorted_ = ring_;
+  std::sort(ring_sorted_.begin(), ring_sorted_.end());
   tag_ = tag_of(suspects_);
   const std::size_t N = ring_.size();
   reduced_.assign(N, {});
@@ -99,6 +102,7 @@ void RingAllReduce::start_attempt(Time now) {
   final_chunks_ = 0;
   done_from_.clear();
   lost_.clear();
+  settled_ = 0;
   complete_ = false;
   last_heard_pred_ = now;
   last_sent_succ_ = now;
@@ -149,7 +153,7 @@ void RingAllReduce::fail_encode(std::size_t at, std::size_t len) {
 
 void RingAllReduce::on_message(const NodeId& from, const Message& m, Time now) {
   if (finished() || m.h.op != op_) return;
-  if (std::find(original_.begin(), original_.end(), from) == original_.end()) return;
+  if (!has(original_sorted_, from)) return;
   if (m.h.kind == MsgKind::abort) {
     if (std::find(m.h.suspects.begin(), m.h.suspects.end(), self_) != m.h.suspects.end()) {
       fail("excluded from the all-reduce by " + dht::short_hex(from));
@@ -157,20 +161,19 @@ void RingAllReduce::on_message(const NodeId& from, const Message& m, Time now) {
     }
     std::set<NodeId> fresh;
     for (const auto& id : m.h.suspects)
-      if (!suspects_.count(id) &&
-          std::find(original_.begin(), original_.end(), id) != original_.end())
-        fresh.insert(id);
+      if (!suspects_.count(id) && has(original_sorted_, id)) fresh.insert(id);
     if (!fresh.empty()) suspect(fresh, now, "abort from a peer");
     return;
   }
   if (m.h.tag != tag_) return;  // another attempt's message
-  if (std::find(ring_.begin(), ring_.end(), from) == ring_.end()) return;
+  if (!has(ring_sorted_, from)) return;
   stats_.bytes_received += m.payload.size();
   if (from == pred()) last_heard_pred_ = now;
   switch (m.h.kind) {
     case MsgKind::heartbeat:
       break;
     case MsgKind::done:
+      if (from != self_) settle(from);
       done_from_.insert(from);
       maybe_done();
       break;
@@ -243,8 +246,7 @@ void RingAllReduce::complete(Time now) {
 
 void RingAllReduce::maybe_done() {
   if (!complete_ || finished()) return;
-  for (const auto& id : ring_)
-    if (id != self_ && !done_from_.count(id) && !lost_.count(id)) return;
+  if (settled_ + 1 < ring_.size()) return;  // a member's done (or loss) is still missing
   status_ = OpStatus::done;
 }
 
@@ -268,10 +270,11 @@ void RingAllReduce::suspect(const std::set<NodeId>& ids, Time now, const char* w
 
 void RingAllReduce::on_peer_failed(const NodeId& peer, Time now) {
   if (finished() || peer == self_) return;
-  if (std::find(ring_.begin(), ring_.end(), peer) == ring_.end()) return;
+  if (!has(ring_sorted_, peer)) return;
   if (complete_) {
     // We have the result. If a member that has not finished needed this peer, it will say so
     // with an abort; otherwise nothing was lost. Stop waiting for the peer's done.
+    settle(peer);
     lost_.insert(peer);
     maybe_done();
     return;

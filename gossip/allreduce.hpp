@@ -29,6 +29,8 @@
 // alone (more likely its own links failed than everyone else's).
 #pragma once
 
+#include <algorithm>
+
 #include <memory>
 #include <set>
 #include <span>
@@ -124,6 +126,15 @@ class RingAllReduce final : public Protocol {
   std::size_t final_chunks_ = 0, total_chunks_ = 0;
   std::vector<float> scratch_;
   std::set<NodeId> done_from_, lost_;
+  std::size_t settled_ = 0;  // ring members (not us) in done_from_ or lost_
+  // Sorted copies for membership tests (a message's sender is checked in O(log N)).
+  std::vector<NodeId> original_sorted_, ring_sorted_;
+  static bool has(const std::vector<NodeId>& sorted, const NodeId& id) {
+    return std::binary_search(sorted.begin(), sorted.end(), id);
+  }
+  void settle(const NodeId& id) {
+    if (!done_from_.contains(id) && !lost_.contains(id)) ++settled_;
+  }
   bool complete_ = false;
   Time completed_at_{0};
   Time last_heard_pred_{0};

@@ -908,17 +908,16 @@ int Node::Impl::train() {
   if (in_flight && !wait_round(stopping ? 30s : 600s, false))
     spdlog::warn("leaving with a round still in flight");
 
-  // Leaving: say so in the member record, write the checkpoint, go.
+  // Leaving: say so in the member record and remove it while the checkpoint is written, go.
   publish_status("leaving");
+  auto left = std::make_shared<std::promise<void>>();
+  auto left_f = left->get_future();
+  dht->post([this, left](dht::DhtNode&, dht::Time now) {
+    members->leave(now, [left] { left->set_value(); });
+  });
   stop_checkpoint_writer();
   checkpoint(engine_state());
-  {
-    std::promise<void> p;
-    auto f = p.get_future();
-    dht->post(
-        [this, &p](dht::DhtNode&, dht::Time now) { members->leave(now, [&p] { p.set_value(); }); });
-    f.wait_for(3s);
-  }
+  left_f.wait_for(3s);
   evaluate();
   summary(training_since);
   return 0;

@@ -57,6 +57,7 @@ std::optional<std::size_t> DhtNetwork::resolve(const dht::Endpoint& e) const {
 
 void DhtNetwork::pump(std::size_t i) {
   if (!alive(i)) return;
+  if (touched_) touched_(i);
   SimNode& n = *nodes_[i];
   for (auto& o : n.dht->take_outgoing()) {
     auto to = resolve(o.to);
@@ -78,7 +79,7 @@ void DhtNetwork::pump(std::size_t i) {
       ++dropped_;
       continue;
     }
-    Time lat = model_.latency;
+    Time lat = latency_fn_ ? latency_fn_(i, *to) : model_.latency;
     if (model_.jitter.count() > 0)
       lat += Time(std::uniform_int_distribution<std::int64_t>(-model_.jitter.count(),
                                                               model_.jitter.count())(rng_));

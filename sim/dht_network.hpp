@@ -42,6 +42,12 @@ class DhtNetwork {
   /// group(i) names node i's side; messages between sides are dropped. Empty = no partition.
   void set_partition(std::function<int(std::size_t)> group) { partition_ = std::move(group); }
   void set_model(LinkModel m) { model_ = m; }
+  /// One-way base latency per pair of node indices, in place of the model's single figure
+  /// (jitter and loss still come from the model).
+  void set_latency(std::function<Time(std::size_t, std::size_t)> f) { latency_fn_ = std::move(f); }
+  /// Called with a node's index whenever it handled an event or an API call (sim::Swarm looks
+  /// only at the nodes that something happened to).
+  void set_on_touched(std::function<void(std::size_t)> f) { touched_ = std::move(f); }
 
   Time now() const { return now_; }
   /// The time of the next pending event, if any.
@@ -100,6 +106,8 @@ class DhtNetwork {
   std::vector<std::unique_ptr<SimNode>> nodes_;
   std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
   std::function<int(std::size_t)> partition_;
+  std::function<Time(std::size_t, std::size_t)> latency_fn_;
+  std::function<void(std::size_t)> touched_;
 };
 
 }  // namespace grove::sim

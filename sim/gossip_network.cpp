@@ -48,6 +48,22 @@ void GossipNetwork::set_uplink(const NodeId& node, double bytes_per_ms) {
   nodes_.at(node).bytes_per_ms = bytes_per_ms;
 }
 
+void GossipNetwork::set_downlink(const NodeId& node, double bytes_per_ms) {
+  nodes_.at(node).down_bytes_per_ms = bytes_per_ms;
+}
+
+double GossipNetwork::wire_bytes_sent(const NodeId& node) const {
+  return nodes_.at(node).wire_sent;
+}
+
+dht::Time GossipNetwork::latency(const NodeId& from, const NodeId& to) {
+  dht::Time lat = latency_fn_ ? latency_fn_(from, to) : model_.latency;
+  if (model_.jitter.count() > 0)
+    lat += dht::Time(std::uniform_int_distribution<std::int64_t>(-model_.jitter.count(),
+                                                                 model_.jitter.count())(rng_));
+  return std::max(lat, dht::Time(0));
+}
+
 bool GossipNetwork::alive(const NodeId& node) const {
   const auto& n = nodes_.at(node);
   return n.alive && !n.hung;
@@ -92,7 +108,15 @@ void GossipNetwork::collect(const NodeId& node, gossip::Protocol& p) {
   auto& n = nodes_.at(node);
   for (auto& o : p.take_outgoing()) {
     if (!n.alive || n.hung) return;
-    const double bw = n.bytes_per_ms;
+    const dht::Time base = latency_fn_ ? latency_fn_(node, o.to) : model_.latency;
+    double bw = n.bytes_per_ms;
+    if (model_.loss > 0) {  // TCP under loss: the Mathis bound for this pair's RTT
+      const double rtt_ms = std::max(1.0, 2.0 * static_cast<double>(base.count()));
+      bw = std::min(bw, 1.22 * model_.mss / (rtt_ms * std::sqrt(model_.loss)));
+    }
+    const double size =
+        wire_size_ ? wire_size_(std::span<const std::uint8_t>(o.data.data(), o.data.size()))
+                   : static_cast<double>(o.data.size());
     const dht::Time start = std::max(now_, n.uplink_free);
     if (n.sent + o.data.size() >= n.kill_offset) {
       // The node dies part-way through this message: it never arrives.
@@ -104,12 +128,27 @@ void GossipNetwork::collect(const NodeId& node, gossip::Protocol& p) {
       return;
     }
     n.sent += o.data.size();
-    const dht::Time end =
-        start + dht::Time(static_cast<std::int64_t>(std::ceil(o.data.size() / bw)));
+    n.wire_sent += size;
+    const dht::Time end = start + dht::Time(static_cast<std::int64_t>(std::ceil(size / bw)));
     n.uplink_free = end;
     Event e;
     e.kind = Kind::deliver;
-    e.at = end + model_.latency;
+    e.at = end + latency(node, o.to);
+    if (auto r = nodes_.find(o.to); r != nodes_.end() && r->second.down_bytes_per_ms > 0) {
+      // The receiver's downlink: its bytes arrive no faster than it takes them, after whatever
+      // it is already receiving.
+      auto& d = r->second;
+      const dht::Time first = start + base;
+      const dht::Time rx =
+          std::max(first, d.downlink_free) +
+          dht::Time(static_cast<std::int64_t>(std::ceil(size / d.down_bytes_per_ms)));
+      e.at = std::max(e.at, rx);
+      d.downlink_free = rx;
+    }
+    auto& flow = last_arrival_[{node, o.to}];
+    e.at = std::max(e.at, flow);  // one connection: in order
+    flow = e.at;
+    if (partition_ && partition_(node) != partition_(o.to)) continue;  // blackholed
     e.to = o.to;
     e.from = node;
     e.tx_end = end;
@@ -157,6 +196,7 @@ void GossipNetwork::hang(const NodeId& node) {
 
 void GossipNetwork::step(Event e) {
   now_ = std::max(now_, e.at);
+  ++processed_;
   auto& n = nodes_.at(e.to);
   switch (e.kind) {
     case Kind::die: {

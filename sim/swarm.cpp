@@ -1,9 +1,31 @@
 #include "sim/swarm.hpp"
 
+#include <chrono>
 #include <random>
 #include <stdexcept>
 
 namespace grove::sim {
+
+SwarmOptions fast_options(gossip::OuterMode mode) {
+  using ms = std::chrono::milliseconds;
+  SwarmOptions o;
+  o.params = 512;
+  o.round.mode = mode;
+  o.round.match.window = ms(2000);
+  o.round.match.min_lead = ms(500);
+  o.round.match.settle = ms(500);
+  o.round.match.read_timeout = ms(4000);
+  o.round.match.patience = ms(6000);
+  o.round.mode_poll = ms(1000);
+  o.round.exchange.chunk_timeout = ms(3000);
+  o.round.allreduce.chunk_timeout = ms(3000);
+  o.round.allreduce.heartbeat = ms(500);
+  o.round.threads = 1;
+  o.membership.poll_every = ms(1000);
+  o.membership.publish_every = ms(2000);
+  o.membership.ttl = ms(6000);
+  return o;
+}
 
 struct Swarm::Node {
   std::size_t index = 0;
@@ -21,6 +43,11 @@ struct Swarm::Node {
   std::vector<gossip::RoundReport> reports;
   std::size_t rounds = 0;
   bool alive = true;
+  std::mt19937_64 rng;  // the inner phases' own randomness
+  NetModel::Placement place;
+  bool leaving = false, left = false;  // leave(): asked; the member record says so
+  std::optional<Time> leave_by;        // the grace for the round in flight ends
+  std::optional<Time> wake;            // its entry in wake_
 };
 
 Swarm::Swarm(std::uint64_t seed, SwarmOptions opts)
@@ -28,6 +55,21 @@ Swarm::Swarm(std::uint64_t seed, SwarmOptions opts)
       seed_(seed),
       dht_(seed, opts_.dht_link, opts_.dht),
       gossip_(seed ^ 0x9e3779b97f4a7c15ull, opts_.gossip_link) {
+  if (opts_.workload) opts_.params = opts_.workload->params();
+  if (opts_.net) {
+    const auto& net = *opts_.net;
+    auto link = opts_.dht_link;
+    link.jitter = Time(static_cast<std::int64_t>(net.jitter_ms));
+    link.loss = net.loss;
+    dht_.set_model(link);
+    dht_.set_latency([this](std::size_t a, std::size_t b) {
+      return opts_.net->one_way(nodes_.at(a)->place, nodes_.at(b)->place);
+    });
+    gossip_.set_latency([this](const gossip::NodeId& a, const gossip::NodeId& b) {
+      return opts_.net->one_way(nodes_.at(index_.at(a))->place, nodes_.at(index_.at(b))->place);
+    });
+  }
+  dht_.set_on_touched([this](std::size_t i) { touched_.insert(i); });
   now_ = dht_.now();
   gossip_.run_until(now_);  // one time base for both networks
   gossip_.set_on_finished([this](const gossip::NodeId& id, std::unique_ptr<gossip::Protocol> p) {
@@ -36,6 +78,7 @@ Swarm::Swarm(std::uint64_t seed, SwarmOptions opts)
       const std::size_t i = n->index;
       dht_.call(i, [&](dht::DhtNode&) { n->engine->on_op_finished(std::move(p), now_); });
       service(i);
+      touched_.insert(i);
       return;
     }
   });
@@ -54,14 +97,28 @@ std::size_t Swarm::add(NodeSpec spec) {
   auto n = std::make_unique<Node>();
   n->index = i;
   n->id = dht_.node(i).id();
+  n->rng.seed(seed_ * 0x2545f4914f6cdd1dull + i);
   gossip_.add_node(n->id);
-  if (spec.target.empty()) {
+  index_[n->id] = i;
+  if (opts_.net) {
+    std::mt19937_64 prng(seed_ ^ (0x51ed27u + 7919 * i));
+    n->place = opts_.net->place(prng);
+    const auto& a = opts_.net->access.at(n->place.access);
+    gossip_.set_uplink(n->id, NetModel::bytes_per_ms(a.up_mbit));
+    gossip_.set_downlink(n->id, NetModel::bytes_per_ms(a.down_mbit));
+  }
+  if (opts_.workload) {
+    std::mt19937_64 wrng(seed_ * 31 + 17 * i + 1);
+    opts_.workload->add_node(i, wrng);
+  }
+  if (spec.target.empty() && !opts_.workload) {
     std::mt19937_64 rng(seed_ * 1000003 + i);
     std::normal_distribution<float> dist(0.0f, 1.0f);
     spec.target.resize(opts_.params);
     for (auto& v : spec.target) v = dist(rng);
   }
-  if (spec.target.size() != opts_.params) throw std::invalid_argument("Swarm: target size");
+  if (!opts_.workload && spec.target.size() != opts_.params)
+    throw std::invalid_argument("Swarm: target size");
   n->spec = std::move(spec);
   n->members = std::make_unique<dht::Membership>(dht_.node(i), opts_.run_id, opts_.membership);
   dht::MemberInfo self;
@@ -79,7 +136,10 @@ std::size_t Swarm::add(NodeSpec spec) {
 std::size_t Swarm::bootstrap(NodeSpec spec) {
   const std::size_t i = add(std::move(spec));
   optim::OuterState s;
-  s.phi.assign(opts_.params, 0.0f);
+  if (opts_.workload)
+    s.phi = opts_.workload->initial();
+  else
+    s.phi.assign(opts_.params, 0.0f);
   dht_.call(i, [&](dht::DhtNode&) { nodes_[i]->engine->start(std::move(s), now_); });
   service(i);
   return i;
@@ -105,10 +165,53 @@ void Swarm::kill(std::size_t i) {
   n.server.reset();
   gossip_.kill(n.id);
   dht_.kill(i);
+  if (n.wake) wake_.erase({*n.wake, i});
+  n.wake.reset();
+  touched_.erase(i);
+}
+
+void Swarm::leave(std::size_t i) {
+  auto& n = *nodes_.at(i);
+  if (!n.alive || n.leaving) return;
+  n.leaving = true;
+  n.leave_by = now_ + opts_.leave_grace;
+  n.inner_done.reset();  // the phase under way is abandoned
+  n.waiting = false;
+  dht_.call(i, [&](dht::DhtNode&) {
+    n.engine->set_patience(Time(0));
+    n.engine->set_group_wait(Time(0));
+  });
+  touched_.insert(i);
+}
+
+bool Swarm::leaving(std::size_t i) const {
+  return i < nodes_.size() && nodes_[i]->leaving;
 }
 
 bool Swarm::alive(std::size_t i) const {
   return i < nodes_.size() && nodes_[i]->alive;
+}
+
+std::size_t Swarm::alive_count() const {
+  std::size_t c = 0;
+  for (const auto& n : nodes_) c += n->alive;
+  return c;
+}
+
+NetModel::Placement Swarm::placement(std::size_t i) const {
+  return nodes_.at(i)->place;
+}
+
+double Swarm::loss(std::size_t i) const {
+  if (!opts_.workload) throw std::logic_error("Swarm::loss: no workload");
+  return opts_.workload->loss(nodes_.at(i)->engine->state().phi);
+}
+
+void Swarm::inner_phase(std::size_t i, std::span<float> theta) {
+  auto& n = *nodes_[i];
+  if (opts_.workload) return opts_.workload->inner(i, theta, n.rng);
+  for (std::size_t k = 0; k < theta.size(); ++k)
+    theta[k] += opts_.inner_lr * (n.spec.target[k] - theta[k]);
 }
 gossip::RoundEngine& Swarm::engine(std::size_t i) {
   return *nodes_.at(i)->engine;
@@ -192,7 +295,7 @@ void Swarm::service(std::size_t i) {
     dht_.call(i, [&](dht::DhtNode&) { n.engine->submit(n.theta, now_); });
     return service(i);
   }
-  if (!n.inner_done && !n.waiting && n.engine->has_state() &&
+  if (!n.inner_done && !n.waiting && !n.leaving && n.engine->has_state() &&
       (n.engine->idle() || (n.spec.overlap && !n.engine->syncing()))) {
     if (n.first_inner < Time(0)) n.first_inner = now_;
     if (n.spec.overlap && n.theta.size() != opts_.params) n.theta = n.engine->state().phi;
@@ -206,7 +309,59 @@ std::optional<Time> Swarm::deadline(std::size_t i) const {
   Time t = n.members->next_deadline();
   if (auto d = n.engine->next_deadline()) t = std::min(t, *d);
   if (n.inner_done) t = std::min(t, *n.inner_done);
+  if (n.leave_by) t = std::min(t, *n.leave_by);
   return t;
+}
+
+void Swarm::reschedule(std::size_t i) {
+  auto& n = *nodes_[i];
+  if (n.wake) wake_.erase({*n.wake, i});
+  n.wake = deadline(i);
+  if (n.wake) wake_.insert({*n.wake, i});
+}
+
+void Swarm::visit(std::size_t i) {
+  auto& n = *nodes_[i];
+  if (!n.alive) return;
+  if (n.inner_done && *n.inner_done <= now_ && (n.spec.overlap || n.engine->idle())) {
+    n.inner_done.reset();
+    n.busy += n.spec.inner_time;
+    if (n.spec.overlap) {
+      inner_phase(i, n.theta);
+      if (n.engine->idle())
+        dht_.call(i, [&](dht::DhtNode&) { n.engine->submit(n.theta, now_); });
+      else
+        n.waiting = true;
+    } else {
+      std::vector<float> theta = n.engine->state().phi;
+      inner_phase(i, theta);
+      dht_.call(i, [&](dht::DhtNode&) { n.engine->submit(std::move(theta), now_); });
+    }
+  }
+  if (!n.alive) return;
+  if (auto d = deadline(i); d && *d <= now_)
+    dht_.call(i, [&](dht::DhtNode&) {
+      n.members->on_timer(now_);
+      n.engine->on_timer(now_);
+    });
+  service(i);
+  if (!n.alive) return;
+  if (n.leaving) {
+    // The round in flight ended (or its grace did): say so and go once the record is out.
+    const bool settled = n.engine->idle() || !n.engine->has_state() || now_ >= *n.leave_by;
+    if (settled && !n.left) {
+      n.left = true;
+      n.leave_by = now_ + Time(5'000);  // the record's put gets this long
+      dht_.call(i, [&](dht::DhtNode&) {
+        n.members->leave(now_, [this, i] {
+          if (alive(i)) nodes_[i]->leave_by = now_;  // done: stop at the next visit
+        });
+      });
+    } else if (n.left && now_ >= *n.leave_by) {
+      return kill(i);
+    }
+  }
+  reschedule(i);
 }
 
 void Swarm::step(Time t) {
@@ -226,35 +381,16 @@ void Swarm::step(Time t) {
     });
     service(r.to);
   }
-  for (std::size_t i = 0; i < nodes_.size(); ++i) {
-    auto& n = *nodes_[i];
-    if (!n.alive) continue;
-    if (n.inner_done && *n.inner_done <= t && (n.spec.overlap || n.engine->idle())) {
-      n.inner_done.reset();
-      n.busy += n.spec.inner_time;
-      if (n.spec.overlap) {
-        for (std::size_t k = 0; k < n.theta.size(); ++k)
-          n.theta[k] += opts_.inner_lr * (n.spec.target[k] - n.theta[k]);
-        if (n.engine->idle())
-          dht_.call(i, [&](dht::DhtNode&) { n.engine->submit(n.theta, now_); });
-        else
-          n.waiting = true;
-      } else {
-        const auto& phi = n.engine->state().phi;
-        std::vector<float> theta(phi.size());
-        for (std::size_t k = 0; k < phi.size(); ++k)
-          theta[k] = phi[k] + opts_.inner_lr * (n.spec.target[k] - phi[k]);
-        dht_.call(i, [&](dht::DhtNode&) { n.engine->submit(std::move(theta), now_); });
-      }
-    }
-    if (!n.alive) continue;
-    if (auto d = deadline(i); d && *d <= t)
-      dht_.call(i, [&](dht::DhtNode&) {
-        n.members->on_timer(now_);
-        n.engine->on_timer(now_);
-      });
-    service(i);
+  while (!wake_.empty() && wake_.begin()->first <= t) {
+    const std::size_t i = wake_.begin()->second;
+    wake_.erase(wake_.begin());
+    nodes_[i]->wake.reset();
+    touched_.insert(i);
   }
+  // Each node once per step, in index order; what visiting one does to others (or to itself)
+  // is seen at the next step of this same instant.
+  const auto due = std::exchange(touched_, {});
+  for (const std::size_t i : due) visit(i);
 }
 
 void Swarm::run_until(Time t) {
@@ -272,7 +408,8 @@ bool Swarm::run_until(const std::function<bool()>& pred, Time limit) {
     };
     take(gossip_.next_event());
     if (!replies_.empty()) take(replies_.top().at);
-    for (std::size_t i = 0; i < nodes_.size(); ++i) take(deadline(i));
+    if (!wake_.empty()) take(wake_.begin()->first);
+    if (!touched_.empty()) take(now_);
     if (!next || *next > end) break;
     const Time t = std::max(*next, now_);
     if (t == last && ++same > 100000) {

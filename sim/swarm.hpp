@@ -4,19 +4,30 @@
 // a node "trains" for its inner_time, moving θ from φ towards its own target vector (a quadratic
 // objective per node, so the swarm's optimum is the mean of the targets). One clock drives all
 // three: the loop takes the earliest pending event of the DHT network, the gossip network, the
-// state channel and the nodes' own deadlines, and runs everything due at that instant.
+// state channel and the nodes' own deadlines, and runs everything due at that instant. Only the
+// nodes something happened to are looked at (a queue of wake-ups and a touched set), so a step
+// costs the same with 16 or 4096 nodes.
+//
+// Scale experiments add: a NetModel (regions, per-node access rates, jitter, loss), a Workload
+// (sim/workload.hpp) whose inner phase is real optimizer steps, graceful leaves besides kills, and
+// per-node step times from NodeSpec. The same seed gives the same run, bit for bit.
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <queue>
+#include <set>
+#include <span>
 #include <vector>
 
 #include "dht/membership.hpp"
 #include "gossip/round.hpp"
 #include "sim/dht_network.hpp"
 #include "sim/gossip_network.hpp"
+#include "sim/net_model.hpp"
+#include "sim/workload.hpp"
 
 namespace grove::sim {
 
@@ -29,7 +40,19 @@ struct SwarmOptions {
   std::string run_id = "sim-run";
   std::size_t params = 1024;  ///< values in φ
   float inner_lr = 0.5f;      ///< θ = φ + inner_lr·(target − φ)
+  /// What the nodes train; empty: every node pulls θ towards its own target (above). When set,
+  /// `params` is taken from it.
+  std::shared_ptr<Workload> workload;
+  /// Regions and access lines; empty: the single links above.
+  std::optional<NetModel> net;
+  /// A leaving node waits this long for its round in flight, then removes its member record and
+  /// goes (like grove-node on SIGTERM).
+  Time leave_grace{30'000};
 };
+
+/// Short windows, polls and timeouts (2 s matchmaking windows, 1 s membership polls) for
+/// simulated swarms that should show many rounds in little virtual time: the tests' preset.
+SwarmOptions fast_options(gossip::OuterMode mode);
 
 struct NodeSpec {
   Time inner_time{1000};      ///< the inner phase's duration
@@ -50,7 +73,12 @@ class Swarm {
   /// A node that joins through `via` (its address in the DHT) and syncs its state.
   std::size_t join(std::size_t via, NodeSpec spec = {});
   void kill(std::size_t i);
+  /// Graceful leave: no new inner phase, the round in flight ends (bounded by leave_grace), the
+  /// member record says "leaving", then the node stops.
+  void leave(std::size_t i);
+  bool leaving(std::size_t i) const;
   bool alive(std::size_t i) const;
+  std::size_t alive_count() const;
   std::size_t size() const { return nodes_.size(); }
 
   gossip::RoundEngine& engine(std::size_t i);
@@ -64,6 +92,11 @@ class Swarm {
   std::size_t state_requests(std::size_t i) const;
   /// Time node i spent in inner phases ÷ the time since its first inner phase began.
   double utilization(std::size_t i) const;
+  /// Where node i was placed (with a NetModel).
+  NetModel::Placement placement(std::size_t i) const;
+  /// The workload's loss at node i's slow weights (needs SwarmOptions::workload).
+  double loss(std::size_t i) const;
+  const SwarmOptions& options() const { return opts_; }
   /// Called with every report as it happens.
   void on_report(std::function<void(std::size_t, const gossip::RoundReport&)> f) {
     watch_ = std::move(f);
@@ -92,8 +125,11 @@ class Swarm {
 
   std::size_t add(NodeSpec spec);
   void step(Time t);
+  void visit(std::size_t i);    // inner phase, timers, leave, service; then its next wake-up
   void service(std::size_t i);  // drains ops and state requests, handles reports
   std::optional<Time> deadline(std::size_t i) const;
+  void reschedule(std::size_t i);
+  void inner_phase(std::size_t i, std::span<float> theta);
 
   SwarmOptions opts_;
   std::uint64_t seed_;
@@ -103,6 +139,9 @@ class Swarm {
   std::priority_queue<Reply, std::vector<Reply>, std::greater<>> replies_;
   std::uint64_t seq_ = 0;
   Time now_{0};
+  std::set<std::pair<Time, std::size_t>> wake_;  // (time, node), one entry per live node
+  std::set<std::size_t> touched_;                // nodes to visit at this instant
+  std::map<gossip::NodeId, std::size_t> index_;  // gossip id → node
   std::function<void(std::size_t, const gossip::RoundReport&)> watch_;
 };
 

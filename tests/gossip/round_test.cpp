@@ -20,25 +20,7 @@ using sim::Swarm;
 using sim::SwarmOptions;
 using ms = std::chrono::milliseconds;
 
-SwarmOptions fast_options(OuterMode mode) {
-  SwarmOptions o;
-  o.params = 512;
-  o.round.mode = mode;
-  o.round.match.window = ms(2000);
-  o.round.match.min_lead = ms(500);
-  o.round.match.settle = ms(500);
-  o.round.match.read_timeout = ms(4000);
-  o.round.match.patience = ms(6000);
-  o.round.mode_poll = ms(1000);
-  o.round.exchange.chunk_timeout = ms(3000);
-  o.round.allreduce.chunk_timeout = ms(3000);
-  o.round.allreduce.heartbeat = ms(500);
-  o.round.threads = 1;
-  o.membership.poll_every = ms(1000);
-  o.membership.publish_every = ms(2000);
-  o.membership.ttl = ms(6000);
-  return o;
-}
+using sim::fast_options;
 
 double rms(const std::vector<float>& a, const std::vector<float>& b) {
   double s = 0;

@@ -1,0 +1,106 @@
+#!/usr/bin/python3
+"""Draws the PNG of a grove-sim experiment from its CSV: plot.py KIND CSV PNG.
+
+Called by grove-sim after it wrote the CSV; exits 3 (and grove-sim keeps the CSV) when
+matplotlib is missing (apt-get install python3-matplotlib)."""
+
+import csv
+import sys
+
+
+def rows(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def num(v):
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return float("nan")
+
+
+def sync_time(data, ax):
+    n = [num(r["nodes"]) for r in data]
+    series = [("noloco_s", "NoLoCo pair exchange (simulated)", "o-"),
+              ("ring_s", "DiLoCo ring all-reduce (simulated)", "s-"),
+              ("tree_pipelined_s", "tree all-reduce, pipelined (α–β model)", "--"),
+              ("tree_store_forward_s", "tree all-reduce, store-and-forward (α–β model)", ":")]
+    for key, label, style in series:
+        ax.plot(n, [num(r[key]) for r in data], style, label=label)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("nodes N")
+    ax.set_ylabel("time of one averaging step (s)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+
+
+def lines_by(data, ax, x, y, group, xlabel, ylabel, logy=False):
+    groups = {}
+    for r in data:
+        groups.setdefault(r[group], []).append((num(r[x]), num(r[y])))
+    for g, pts in groups.items():
+        pts.sort()
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=g)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if logy:
+        ax.set_yscale("log")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+
+
+def main():
+    if len(sys.argv) != 4:
+        print(__doc__, file=sys.stderr)
+        return 2
+    kind, src, png = sys.argv[1:]
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: CSV only", file=sys.stderr)
+        return 3
+    data = rows(src)
+    if kind == "sync-time":
+        fig, ax = plt.subplots(figsize=(8, 5.5))
+        sync_time(data, ax)
+        ax.set_title("One averaging step vs swarm size")
+    elif kind == "spread":
+        fig, axes = plt.subplots(1, 2, figsize=(12, 5))
+        lines_by(data, axes[0], "nodes", "final_loss", "series", "nodes N", "final loss", True)
+        lines_by(data, axes[1], "nodes", "final_spread", "series", "nodes N",
+                 "replica spread (RMS distance to the mean)", True)
+        axes[0].set_xscale("log", base=2)
+        axes[1].set_xscale("log", base=2)
+    elif kind == "dht-churn":
+        fig, axes = plt.subplots(1, 2, figsize=(12, 5))
+        lines_by(data, axes[0], "minute", "success", "series", "minutes", "lookups that found the value")
+        lines_by(data, axes[1], "minute", "latency_p50_ms", "series", "minutes",
+                 "lookup latency, median (ms)")
+    elif kind == "churn":
+        fig, ax = plt.subplots(figsize=(8, 5.5))
+        lines_by(data, ax, "minute", "mean_loss", "series", "minutes", "mean loss of live nodes",
+                 True)
+    elif kind == "noloco-sweep":
+        fig, ax = plt.subplots(figsize=(10, max(4, 0.3 * len(data))))
+        labels = [r["setting"] for r in data]
+        vals = [num(r["final_loss"]) for r in data]
+        ax.barh(range(len(vals)), vals)
+        ax.set_yticks(range(len(vals)))
+        ax.set_yticklabels(labels, fontsize=7)
+        ax.set_xlabel("final loss (lower is better)")
+        ax.invert_yaxis()
+        ax.grid(True, axis="x", alpha=0.3)
+    else:
+        print(f"unknown kind {kind}", file=sys.stderr)
+        return 2
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
