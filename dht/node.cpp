@@ -221,7 +221,7 @@ void DhtNode::handle_request(const Peer& from, const Message& m, Time now) {
     case MsgType::store: {
       r.type = MsgType::stored;
       for (const Record& rec : m.records) {
-        const RecordStatus st = check_record(rec, now, opts_.wire.record);
+        const RecordStatus st = check_record(rec, now, opts_.wire.record, sig_cache_.get());
         if (st != RecordStatus::ok) {
           ++stats_.bad_records;
           if (may_warn(now)) {
@@ -401,7 +401,7 @@ void DhtNode::lookup_query(Lookup& l, const Key& dist, Time now, std::optional<C
             got = true;  // already have this or newer (no need to verify again)
             continue;
           }
-          if (check_record(rec, now, opts_.wire.record) != RecordStatus::ok) {
+          if (check_record(rec, now, opts_.wire.record, sig_cache_.get()) != RecordStatus::ok) {
             ++stats_.bad_records;
             continue;
           }
@@ -529,7 +529,14 @@ void DhtNode::put(std::vector<Record> records, Time now, PutCallback done) {
 void DhtNode::replicate(std::vector<Record> records, Time now, PutCallback done) {
   const Key key = records.front().key;
   start_lookup(key, false, now, 0,
-               [this, records = std::move(records), done = std::move(done)](Lookup& l) {
+               [this, records = std::move(records), done = std::move(done)](Lookup& l) mutable {
+                 // The lookup took time: a record that expired meanwhile is not sent (its
+                 // receivers would refuse it, and log that they did).
+                 std::erase_if(records, [&](const Record& r) { return r.expires <= now_; });
+                 if (records.empty()) {
+                   if (done) done(PutResult{});
+                   return;
+                 }
                  store_on(result_of(l, opts_.k).closest, records, now_, done);
                });
 }
@@ -553,7 +560,7 @@ void DhtNode::store_on(std::vector<Contact> targets, std::vector<Record> records
   if (targets.size() < opts_.k || closer(key, id(), targets.back().id)) {
     bool any = false;
     for (const Record& r : records) {
-      if (check_record(r, now, opts_.wire.record) != RecordStatus::ok) continue;
+      if (check_record(r, now, opts_.wire.record, sig_cache_.get()) != RecordStatus::ok) continue;
       const StoreCode c = storage_.put(r, now);
       any |= c == StoreCode::stored || c == StoreCode::updated || c == StoreCode::unchanged;
     }

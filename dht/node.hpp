@@ -148,6 +148,11 @@ class DhtNode {
   const RoutingTable& table() const noexcept { return table_; }
   const Storage& storage() const noexcept { return storage_; }
   const DhtStats& stats() const noexcept { return stats_; }
+  /// Uses `cache` for signature checks (a simulator gives all its nodes one: the check is a pure
+  /// function of the bytes, so sharing changes nothing but the time it takes).
+  void share_signature_cache(std::shared_ptr<SignatureCache> cache) {
+    if (cache) sig_cache_ = std::move(cache);
+  }
   const DhtOptions& options() const noexcept { return opts_; }
   std::size_t pending_rpcs() const noexcept { return rpcs_.size(); }
   std::size_t active_lookups() const noexcept { return lookups_.size(); }
@@ -215,6 +220,8 @@ class DhtNode {
   Time last_warn_{0};
   Time now_{0};  ///< latest time any entry point was given
   std::vector<std::function<void()>> deferred_;
+  // Records verified before (polls return the same ones); shared by a simulator's nodes.
+  std::shared_ptr<SignatureCache> sig_cache_ = std::make_shared<SignatureCache>();
   int depth_ = 0;  ///< nesting of public entry points (Entry; flush at the outermost)
 };
 

@@ -1,5 +1,7 @@
 #include "dht/record.hpp"
 
+#include "transport/crypto.hpp"
+
 #include <cstring>
 #include <string_view>
 
@@ -59,12 +61,37 @@ Record make_record(const transport::Identity& owner, const Key& key, std::string
   return r;
 }
 
-RecordStatus check_record(const Record& r, Time now, const RecordLimits& limits) {
+bool SignatureCache::verify(const PublicKey& owner, std::span<const std::uint8_t> msg,
+                            const Signature& sig) {
+  transport::Blake2b256 h;
+  h.update(owner);
+  h.update(sig);
+  h.update(msg);
+  const auto d = h.final();
+  if (seen_.contains(d)) {
+    ++hits_;
+    return true;
+  }
+  if (!transport::verify_signature(owner, msg, sig)) return false;
+  if (capacity_ == 0) return true;
+  if (seen_.size() >= capacity_) {
+    seen_.erase(order_.front());
+    order_.pop_front();
+  }
+  seen_.insert(d);
+  order_.push_back(d);
+  return true;
+}
+
+RecordStatus check_record(const Record& r, Time now, const RecordLimits& limits,
+                          SignatureCache* cache) {
   if (r.subkey.size() > limits.max_subkey || r.value.size() > limits.max_value)
     return RecordStatus::too_large;
   if (r.expires <= now) return RecordStatus::expired;
   if (r.expires > now + limits.max_ttl + limits.clock_skew) return RecordStatus::too_far_future;
-  if (!transport::verify_signature(r.owner, signing_bytes(r), r.sig))
+  const auto msg = signing_bytes(r);
+  if (!(cache ? cache->verify(r.owner, msg, r.sig)
+              : transport::verify_signature(r.owner, msg, r.sig)))
     return RecordStatus::bad_signature;
   return RecordStatus::ok;
 }

@@ -314,7 +314,7 @@ void RoundEngine::on_op_finished(std::unique_ptr<Protocol> p, Time now) {
   spare_ = ar->take_result();
   finish_round(std::move(r), now);
   if (members.size() > 1) {
-    expect_[state_.round] = Expect{phi_hash_, members};
+    expect_[state_.round] = Expect{phi_hash_, members, {}};
     while (expect_.size() > 16) expect_.erase(expect_.begin());
     for (const auto& m : members_.live(now)) check_member(m);
   }

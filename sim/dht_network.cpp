@@ -17,6 +17,7 @@ std::size_t DhtNetwork::add_node() {
   n->identity = std::make_shared<transport::Identity>(transport::Identity::from_seed(seed));
   const std::size_t i = nodes_.size();
   n->dht = std::make_unique<dht::DhtNode>(n->identity, address(i), opts_, rng_());
+  n->dht->share_signature_cache(sig_cache_);  // one verification per distinct record
   nodes_.push_back(std::move(n));
   pump(i);
   return i;

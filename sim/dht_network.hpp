@@ -108,6 +108,8 @@ class DhtNetwork {
   std::function<int(std::size_t)> partition_;
   std::function<Time(std::size_t, std::size_t)> latency_fn_;
   std::function<void(std::size_t)> touched_;
+  std::shared_ptr<dht::SignatureCache> sig_cache_ =
+      std::make_shared<dht::SignatureCache>(std::size_t{1} << 20);
 };
 
 }  // namespace grove::sim

@@ -27,6 +27,18 @@ const Experiment kExperiments[] = {
      "--nodes 1000 --records 100 --minutes 60 --period-min 10 --replace 0.2 --every-s 2 "
      "--rtt-ms 0 (0: world model) --loss 0.01 --seed 1",
      grove::sim::run_dht_churn},
+    {"spread", "NoLoCo vs DiLoCo in a simulated swarm: loss and replica spread against N and H",
+     "--nodes 8,16,32,64,128 --inner-steps 10,50,200 --steps 2000 --workload quadratic|mlp "
+     "--step-ms 100 --rtt-ms 0 (0: world model) --loss 0 --seed 1",
+     grove::sim::run_spread},
+    {"churn", "training while a share of the nodes leaves or crashes and as many join",
+     "--nodes 32 --inner-steps 50 --share 0.3 --minutes 30 --outer noloco|diloco "
+     "--workload quadratic|mlp --step-ms 100 --rtt-ms 0 (0: world model) --loss 0 --seed 1",
+     grove::sim::run_churn},
+    {"noloco-sweep",
+     "gossip settings (group size, gamma, beta, alpha, partners, look-ahead) vs DiLoCo",
+     "--replicas 16 --steps 3000 --inner-steps 50 --seeds 3 --workload mlp|quadratic",
+     grove::sim::run_noloco_sweep},
 };
 
 void usage(std::FILE* f) {

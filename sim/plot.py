@@ -88,7 +88,17 @@ def main():
         fig, ax = plt.subplots(figsize=(10, max(4, 0.3 * len(data))))
         labels = [r["setting"] for r in data]
         vals = [num(r["final_loss"]) for r in data]
+        ref = vals[0] if vals else 1.0
+        cap = 3 * ref  # diverged settings are drawn at the cap and labelled
+        for i, v in enumerate(vals):
+            if not v < 10 * ref:
+                labels[i] += "  (diverged)"
+            elif not v < cap:
+                labels[i] += f"  ({v / ref:.1f}x, bar cut)"
+        vals = [min(v, cap) if v == v else cap for v in vals]
         ax.barh(range(len(vals)), vals)
+        ax.axvline(ref, color="k", linestyle="--", linewidth=1, label="standard DiLoCo")
+        ax.legend(fontsize=8)
         ax.set_yticks(range(len(vals)))
         ax.set_yticklabels(labels, fontsize=7)
         ax.set_xlabel("final loss (lower is better)")

@@ -51,5 +51,28 @@ TEST(Record, SignedRecordChecks) {
   EXPECT_EQ(check_record(longsub, kNow, lim), RecordStatus::too_large);
 }
 
+TEST(Record, SignatureCacheRemembersOnlyWhatVerified) {
+  auto id = transport::Identity::from_seed({7});
+  RecordLimits lim;
+  SignatureCache cache(2);
+  Record r = make_record(id, key_of("k"), "sub", 3, kNow + Time(60'000), {1, 2, 3});
+  EXPECT_EQ(check_record(r, kNow, lim, &cache), RecordStatus::ok);
+  EXPECT_EQ(check_record(r, kNow, lim, &cache), RecordStatus::ok);
+  EXPECT_EQ(cache.hits(), 1u);
+  // The same signature over other bytes is checked (and fails), and failures are not kept.
+  Record x = r;
+  x.value[0] ^= 1;
+  EXPECT_EQ(check_record(x, kNow, lim, &cache), RecordStatus::bad_signature);
+  EXPECT_EQ(check_record(x, kNow, lim, &cache), RecordStatus::bad_signature);
+  EXPECT_EQ(cache.hits(), 1u);
+  // Bounded: two more records push the first one out; it verifies again, still ok.
+  for (std::uint64_t seq : {4, 5})
+    EXPECT_EQ(
+        check_record(make_record(id, key_of("k"), "sub", seq, r.expires, {9}), kNow, lim, &cache),
+        RecordStatus::ok);
+  EXPECT_EQ(check_record(r, kNow, lim, &cache), RecordStatus::ok);
+  EXPECT_EQ(cache.hits(), 1u);
+}
+
 }  // namespace
 }  // namespace grove::dht

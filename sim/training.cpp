@@ -1,0 +1,275 @@
+// Experiments 2 and 4: training in a simulated swarm (sim::Swarm: the real DHT, membership,
+// matchmaking, exchange, all-reduce and outer optimizers; a Workload's real SGD as the inner
+// phase).
+//
+// spread  For every N and H: N nodes train the workload with NoLoCo and, separately, with DiLoCo
+//         for the same number of inner steps per node (--steps), then report the mean loss of
+//         the nodes' slow weights, the loss at their mean, and the replica spread (RMS distance
+//         of each node's φ from the nodes' mean φ, per value).
+// churn   N nodes train; between 20% and 80% of the run, --share of them leave (half gracefully,
+//         half by crashing) and as many new nodes join, spread evenly. The mean loss of the live
+//         nodes per minute, against the same run without churn.
+// Inner steps take --step-ms of virtual time, ±20% per node (heterogeneous machines); links are
+// the world model (regions, cloud/lab/home lines, 0.1% loss) unless --rtt-ms is given.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+
+#include "sim/experiments.hpp"
+#include "sim/swarm.hpp"
+
+namespace grove::sim {
+
+namespace {
+
+using dht::Time;
+using gossip::OuterMode;
+
+struct Setup {
+  std::string workload = "quadratic";
+  double step_ms = 100;
+  double rtt_ms = 0, loss = 0;
+  std::uint64_t seed = 1;
+};
+
+Setup read_setup(const Args& a) {
+  Setup s;
+  s.workload = a.str("workload", "quadratic");
+  s.step_ms = a.num("step-ms", 100);
+  s.rtt_ms = a.num("rtt-ms", 0);
+  s.loss = a.num("loss", 0.0);
+  s.seed = a.count("seed", 1);
+  if (s.workload != "quadratic" && s.workload != "mlp")
+    throw std::invalid_argument("--workload: quadratic or mlp");
+  if (s.step_ms <= 0) throw std::invalid_argument("--step-ms must be > 0");
+  return s;
+}
+
+std::shared_ptr<Workload> workload(const Setup& s, std::uint32_t h) {
+  if (s.workload == "mlp") {
+    MlpOptions o;
+    o.inner_steps = h;
+    return make_tiny_mlp(s.seed, o);
+  }
+  QuadraticOptions o;
+  o.inner_steps = h;
+  o.lr = 0.1f;  // with gradient noise: small steps, so that H matters
+  return make_quadratic(s.seed, o);
+}
+
+SwarmOptions swarm_options(const Setup& s, OuterMode mode, std::shared_ptr<Workload> w) {
+  SwarmOptions o = fast_options(mode);
+  o.workload = std::move(w);
+  o.net = s.rtt_ms > 0 ? NetModel::uniform(s.rtt_ms, 1000, s.loss) : NetModel::world();
+  // Membership at grove-node's own cadence: large swarms would otherwise spend the simulation
+  // re-reading member records.
+  o.membership = dht::MembershipOptions{};
+  o.round.exchange.chunk_timeout = Time(10'000);
+  o.round.allreduce.chunk_timeout = Time(10'000);
+  o.round.allreduce.heartbeat = Time(1000);
+  o.leave_grace = Time(30'000);
+  return o;
+}
+
+NodeSpec node_spec(const Setup& s, std::uint32_t h, std::mt19937_64& rng) {
+  const double f = std::uniform_real_distribution<double>(0.8, 1.2)(rng);
+  return NodeSpec{Time(static_cast<std::int64_t>(s.step_ms * h * f)), {}, false};
+}
+
+struct Snapshot {
+  std::size_t live = 0;
+  double mean_loss = NAN, loss_at_mean = NAN, spread = NAN;
+  std::uint64_t round_min = 0, round_max = 0;
+};
+
+Snapshot snapshot(Swarm& s) {
+  Snapshot r;
+  std::vector<std::size_t> ids;
+  for (std::size_t i = 0; i < s.size(); ++i)
+    if (s.alive(i) && !s.leaving(i) && s.engine(i).has_state()) ids.push_back(i);
+  r.live = ids.size();
+  if (ids.empty()) return r;
+  const std::size_t P = s.engine(ids[0]).state().phi.size();
+  std::vector<double> mean(P, 0.0);
+  double loss = 0;
+  r.round_min = UINT64_MAX;
+  for (auto i : ids) {
+    const auto& phi = s.engine(i).state().phi;
+    for (std::size_t k = 0; k < P; ++k) mean[k] += phi[k];
+    loss += s.loss(i);
+    r.round_min = std::min(r.round_min, s.engine(i).state().round);
+    r.round_max = std::max(r.round_max, s.engine(i).state().round);
+  }
+  for (auto& v : mean) v /= static_cast<double>(ids.size());
+  double sq = 0;
+  for (auto i : ids) {
+    const auto& phi = s.engine(i).state().phi;
+    for (std::size_t k = 0; k < P; ++k) sq += (phi[k] - mean[k]) * (phi[k] - mean[k]);
+  }
+  r.spread = std::sqrt(sq / static_cast<double>(ids.size() * P));
+  r.mean_loss = loss / static_cast<double>(ids.size());
+  std::vector<float> m(mean.begin(), mean.end());
+  r.loss_at_mean = s.options().workload->loss(m);
+  return r;
+}
+
+// Grows the swarm, then runs until every node has ended `steps` ÷ H more rounds (its inner
+// steps since the last node joined) or the virtual limit passes.
+Snapshot train(Swarm& s, std::size_t n, const Setup& st, std::uint32_t h, std::uint64_t steps,
+               std::mt19937_64& rng) {
+  s.bootstrap(node_spec(st, h, rng));
+  for (std::size_t i = 1; i < n; ++i) s.join(i - 1, node_spec(st, h, rng));
+  s.run_until(
+      [&] {
+        for (std::size_t i = 0; i < s.size(); ++i)
+          if (!s.engine(i).has_state()) return false;
+        return true;
+      },
+      Time(600'000));
+  std::vector<std::size_t> base(s.size());
+  for (std::size_t i = 0; i < s.size(); ++i) base[i] = s.rounds(i);
+  const std::uint64_t rounds = (steps + h - 1) / h;
+  const Time limit = Time(static_cast<std::int64_t>(st.step_ms * double(steps) * 20 + 600'000));
+  s.run_until(
+      [&] {
+        for (std::size_t i = 0; i < s.size(); ++i)
+          if (s.alive(i) && s.rounds(i) < base[i] + rounds) return false;
+        return true;
+      },
+      limit);
+  return snapshot(s);
+}
+
+}  // namespace
+
+int run_spread(const Args& a, const std::string& out) {
+  const Setup st = read_setup(a);
+  const auto ns = a.list("nodes", {8, 16, 32, 64, 128});
+  const auto hs = a.list("inner-steps", {10, 50, 200});
+  const std::uint64_t steps = a.count("steps", 2000);
+  for (double n : ns)
+    if (n < 2 || n != std::floor(n) || n > 4096)
+      throw std::invalid_argument("--nodes: whole numbers in 2..4096");
+  for (double h : hs)
+    if (h < 1 || h != std::floor(h))
+      throw std::invalid_argument("--inner-steps: whole numbers >= 1");
+  std::printf("spread: %s, %llu inner steps per node, %.0f ms per step, %s links\n",
+              st.workload.c_str(), static_cast<unsigned long long>(steps), st.step_ms,
+              st.rtt_ms > 0 ? "uniform" : "world-model");
+  Csv csv(out + "/spread.csv",
+          {"series", "mode", "inner_steps", "nodes", "final_loss", "loss_at_mean", "final_spread",
+           "round_min", "round_max", "averaged_share", "virtual_s", "wall_s"});
+  std::printf("%-7s %5s %5s %12s %12s %12s %9s %8s\n", "mode", "H", "N", "mean loss", "loss@mean",
+              "spread", "averaged", "wall s");
+  for (double hd : hs)
+    for (const OuterMode mode : {OuterMode::noloco, OuterMode::diloco})
+      for (double nd : ns) {
+        const auto h = static_cast<std::uint32_t>(hd);
+        const auto n = static_cast<std::size_t>(nd);
+        const auto wall0 = std::chrono::steady_clock::now();
+        Swarm s(st.seed * 1000 + n, swarm_options(st, mode, workload(st, h)));
+        std::mt19937_64 rng(st.seed + n);
+        const Time t0 = s.now();
+        const Snapshot r = train(s, n, st, h, steps, rng);
+        std::size_t rounds = 0, averaged = 0;
+        for (std::size_t i = 0; i < s.size(); ++i)
+          for (const auto& rep : s.reports(i))
+            if (rep.kind == gossip::RoundReport::Kind::round) {
+              ++rounds;
+              averaged += !rep.local_only;
+            }
+        const double wall =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+        const double share = rounds ? double(averaged) / double(rounds) : NAN;
+        std::printf("%-7s %5u %5zu %12.5g %12.5g %12.4g %8.1f%% %8.1f\n", gossip::to_string(mode),
+                    h, n, r.mean_loss, r.loss_at_mean, r.spread, 100 * share, wall);
+        std::fflush(stdout);
+        csv.row({std::string(gossip::to_string(mode)) + " H=" + std::to_string(h),
+                 gossip::to_string(mode), std::to_string(h), std::to_string(n), fmt(r.mean_loss),
+                 fmt(r.loss_at_mean), fmt(r.spread), std::to_string(r.round_min),
+                 std::to_string(r.round_max), fmt(share),
+                 fmt(std::chrono::duration<double>(s.now() - t0).count()), fmt(wall, 3)});
+      }
+  std::printf("csv: %s\n", csv.path().c_str());
+  plot("spread", csv.path(), out + "/spread.png");
+  return 0;
+}
+
+int run_churn(const Args& a, const std::string& out) {
+  const Setup st = read_setup(a);
+  const auto n = static_cast<std::size_t>(a.count("nodes", 32));
+  const auto h = static_cast<std::uint32_t>(a.count("inner-steps", 50));
+  const double share = a.num("share", 0.3);
+  const double minutes = a.num("minutes", 30);
+  const std::string mode_s = a.str("outer", "noloco");
+  if (n < 4 || h < 1 || share < 0 || share > 1 || minutes < 1)
+    throw std::invalid_argument(
+        "churn: need nodes >= 4, inner-steps >= 1, 0 <= share <= 1, "
+        "minutes >= 1");
+  const OuterMode mode = mode_s == "diloco" ? OuterMode::diloco : OuterMode::noloco;
+  if (mode_s != "diloco" && mode_s != "noloco")
+    throw std::invalid_argument("--outer: noloco or diloco");
+  std::printf(
+      "churn: %zu nodes %s, H = %u, %.0f%% of them leave and as many join between 20%% "
+      "and 80%% of %.0f min\n",
+      n, mode_s.c_str(), h, 100 * share, minutes);
+  Csv csv(out + "/churn.csv", {"series", "minute", "live", "left", "crashed", "joined", "mean_loss",
+                               "loss_at_mean", "spread", "round_max"});
+  for (const bool churn : {false, true}) {
+    const auto wall0 = std::chrono::steady_clock::now();
+    Swarm s(st.seed, swarm_options(st, mode, workload(st, h)));
+    std::mt19937_64 rng(st.seed * 3 + 1);
+    s.bootstrap(node_spec(st, h, rng));
+    for (std::size_t i = 1; i < n; ++i) s.join(i - 1, node_spec(st, h, rng));
+    const Time t0 = s.now();
+    const auto events = churn ? static_cast<std::size_t>(std::llround(share * double(n))) : 0;
+    const Time span = Time(static_cast<std::int64_t>(minutes * 60'000 * 0.6));
+    const Time first = t0 + Time(static_cast<std::int64_t>(minutes * 60'000 * 0.2));
+    std::size_t done = 0, left = 0, crashed = 0, joined = 0;
+    const std::string series = churn ? "churn" : "no churn";
+    double last_loss = NAN;
+    for (int m = 1; m <= static_cast<int>(minutes); ++m) {
+      const Time until = t0 + Time(std::int64_t{m} * 60'000);
+      while (done < events) {
+        const Time at = first + Time(span.count() * std::int64_t(done) / std::int64_t(events));
+        if (at > until) break;
+        s.run_until(at);
+        // One goes (alternately a leave and a crash), one comes (through a live node).
+        std::vector<std::size_t> live;
+        for (std::size_t i = 0; i < s.size(); ++i)
+          if (s.alive(i) && !s.leaving(i) && s.engine(i).has_state()) live.push_back(i);
+        const std::size_t victim = live[rng() % live.size()];
+        if (done % 2 == 0) {
+          s.leave(victim);
+          ++left;
+        } else {
+          s.kill(victim);
+          ++crashed;
+        }
+        std::vector<std::size_t> others;
+        for (auto i : live)
+          if (i != victim) others.push_back(i);
+        s.join(others.empty() ? victim : others[rng() % others.size()], node_spec(st, h, rng));
+        ++joined;
+        ++done;
+      }
+      s.run_until(until);
+      const Snapshot r = snapshot(s);
+      last_loss = r.mean_loss;
+      csv.row({series, std::to_string(m), std::to_string(r.live), std::to_string(left),
+               std::to_string(crashed), std::to_string(joined), fmt(r.mean_loss),
+               fmt(r.loss_at_mean), fmt(r.spread), std::to_string(r.round_max)});
+    }
+    const double wall =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+    std::printf("%-9s final mean loss %.5g (%zu left, %zu crashed, %zu joined; %.0f s wall)\n",
+                series.c_str(), last_loss, left, crashed, joined, wall);
+    std::fflush(stdout);
+  }
+  std::printf("csv: %s\n", csv.path().c_str());
+  plot("churn", csv.path(), out + "/churn.png");
+  return 0;
+}
+
+}  // namespace grove::sim
