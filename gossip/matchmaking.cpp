@@ -1,7 +1,9 @@
 #include "gossip/matchmaking.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <msgpack.hpp>
+#include <set>
 
 #include <spdlog/spdlog.h>
 
@@ -17,22 +19,26 @@ using transport::errc;
 std::vector<std::uint8_t> encode_ready(const ReadyInfo& r) {
   msgpack::sbuffer sb;
   msgpack::packer<msgpack::sbuffer> pk(sb);
-  pk.pack_array(6);
+  pk.pack_array(7);
   pk.pack(r.addresses);
   pk.pack(r.run_id);
   pk.pack(r.round);
   pk.pack(r.window);
   pk.pack(r.group);
   pk.pack(r.average_phi);
+  pk.pack_bin(static_cast<std::uint32_t>(r.phi_hash.size()));
+  pk.pack_bin_body(reinterpret_cast<const char*>(r.phi_hash.data()),
+                   static_cast<std::uint32_t>(r.phi_hash.size()));
   return transport::mp::bytes_of(sb);
 }
 
 transport::Result<ReadyInfo> decode_ready(std::span<const std::uint8_t> value) {
   auto oh = transport::unpack_bounded(
-      value, {.array = 8, .map = 0, .str = 256, .bin = 0, .ext = 0, .depth = 2});
+      value, {.array = 8, .map = 0, .str = 256, .bin = 32, .ext = 0, .depth = 2});
   if (!oh) return oh.error();
   const auto& o = oh->get();
-  if (o.type != msgpack::type::ARRAY || o.via.array.size != 6) return errc::malformed;
+  if (o.type != msgpack::type::ARRAY || (o.via.array.size != 6 && o.via.array.size != 7))
+    return errc::malformed;
   const auto* a = o.via.array.ptr;
   using namespace transport::mp;
   ReadyInfo r;
@@ -47,6 +53,11 @@ transport::Result<ReadyInfo> decode_ready(std::span<const std::uint8_t> value) {
     return errc::malformed;
   r.group = a[4].via.boolean;
   r.average_phi = a[5].via.boolean;
+  if (o.via.array.size == 7) {
+    if (a[6].type != msgpack::type::BIN || a[6].via.bin.size != r.phi_hash.size())
+      return errc::malformed;
+    std::memcpy(r.phi_hash.data(), a[6].via.bin.ptr, r.phi_hash.size());
+  }
   return r;
 }
 
@@ -109,9 +120,11 @@ Matchmaker::Matchmaker(dht::DhtNode& dht, std::string run_id, MatchOptions opts)
 }
 
 void Matchmaker::ready(std::uint64_t round, std::vector<std::string> addresses, Time now,
-                       std::function<void(MatchResult)> done, bool average_phi) {
+                       std::function<void(MatchResult)> done, bool average_phi,
+                       const std::array<std::uint8_t, 32>& phi_hash) {
   round_ = round;
   average_phi_ = average_phi;
+  phi_hash_ = phi_hash;
   done_ = std::move(done);
   addresses_ = std::move(addresses);
   first_ready_ = now;
@@ -136,6 +149,7 @@ void Matchmaker::publish(Time now) {
   info.window = window_;
   info.group = opts_.same_round;
   info.average_phi = average_phi_;
+  info.phi_hash = phi_hash_;
   // seq = window: a later window's record replaces an earlier one in our slot.
   dht_.put_signed(ready_key(run_id_, window_), "ready", window_, close + 4 * opts_.window,
                   encode_ready(info), now);
@@ -171,6 +185,7 @@ void Matchmaker::on_read(std::uint64_t attempt, dht::GetResult res) {
   struct Seen {
     NodeId id;
     std::uint64_t round;
+    std::array<std::uint8_t, 32> phi_hash;
   };
   std::vector<Seen> seen;
   std::map<std::uint64_t, std::size_t> rounds;
@@ -184,7 +199,7 @@ void Matchmaker::on_read(std::uint64_t attempt, dht::GetResult res) {
       continue;
     const NodeId id = rec.owner_id();
     if (id != dht_.id() && live_ && !live_(id)) continue;  // stale or departed member
-    seen.push_back({id, info->round});
+    seen.push_back({id, info->round, info->phi_hash});
     ++rounds[info->round];
     highest = std::max(highest, info->round);
     r.average_phi |= opts_.same_round && info->average_phi;
@@ -211,6 +226,19 @@ void Matchmaker::on_read(std::uint64_t attempt, dht::GetResult res) {
   } else {
     for (auto& g : make_groups(run_id_, window_, ids, opts_.group_size))
       if (std::find(g.begin(), g.end(), dht_.id()) != g.end()) r.group = g;
+    if (opts_.same_round && !r.average_phi && r.group.size() > 1) {
+      // Members of one round that name different slow weights (the swarm split for a while and
+      // its parts ended the same round apart): this group averages φ too and ends with one.
+      std::set<std::array<std::uint8_t, 32>> hashes;
+      for (const auto& e : seen)
+        if (std::find(r.group.begin(), r.group.end(), e.id) != r.group.end())
+          hashes.insert(e.phi_hash);
+      if (hashes.size() > 1) {
+        r.average_phi = true;
+        r.note = "the group's members hold " + std::to_string(hashes.size()) +
+                 " different slow weights: averaging them";
+      }
+    }
     if (r.group.size() == 1) {
       const Time now = dht_.now();
       if (now + opts_.window - first_ready_ <= opts_.patience) return publish(now);  // next window

@@ -20,6 +20,7 @@
 // the times it is given.
 #pragma once
 
+#include <array>
 #include <functional>
 #include <map>
 #include <optional>
@@ -64,9 +65,13 @@ struct ReadyInfo {
   std::uint64_t window = 0;
   bool group = false;        ///< a DiLoCo group member (false: a NoLoCo pair member)
   bool average_phi = false;  ///< DiLoCo: our slow weights differ from the group's (entering)
+  /// DiLoCo: the BLAKE2b-256 of our slow weights (all zero: not given). A group whose members
+  /// name different hashes for the same round averages φ as well, so that it ends with one φ.
+  std::array<std::uint8_t, 32> phi_hash{};
   friend bool operator==(const ReadyInfo&, const ReadyInfo&) = default;
 };
-/// Ready record value: msgpack [addresses, run_id, round, window, group, average_phi]; decoding
+/// Ready record value: msgpack [addresses, run_id, round, window, group, average_phi, phi_hash
+/// (bin 32)]; records without the last element (older nodes) decode with a zero hash. Decoding
 /// is bounded.
 std::vector<std::uint8_t> encode_ready(const ReadyInfo& r);
 transport::Result<ReadyInfo> decode_ready(std::span<const std::uint8_t> value);
@@ -107,7 +112,8 @@ class Matchmaker {
   /// Declares us ready for `round` now; `done` runs once with the group (from on_timer or a DHT
   /// callback). A second ready() before the first finished replaces it.
   void ready(std::uint64_t round, std::vector<std::string> addresses, Time now,
-             std::function<void(MatchResult)> done, bool average_phi = false);
+             std::function<void(MatchResult)> done, bool average_phi = false,
+             const std::array<std::uint8_t, 32>& phi_hash = {});
   bool busy() const { return state_ != State::idle; }
 
   void on_timer(Time now);
@@ -127,6 +133,7 @@ class Matchmaker {
   std::uint64_t attempt_ = 0;
   std::uint64_t round_ = 0, window_ = 0;
   bool average_phi_ = false;
+  std::array<std::uint8_t, 32> phi_hash_{};
   Time read_at_{0}, give_up_at_{0}, first_ready_{0};
   std::vector<std::string> addresses_;
   std::function<void(MatchResult)> done_;

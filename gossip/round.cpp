@@ -137,7 +137,7 @@ void RoundEngine::declare_ready(Time now) {
   auto& mm = round_mode_ == OuterMode::diloco ? *groups_ : *pairs_;
   mm.ready(state_.round, addresses_, now,
            guarded(alive_, [this](MatchResult m) { on_match(std::move(m), dht_.now()); }),
-           entering_diloco_);
+           entering_diloco_, phi_hash_);
 }
 
 RoundEngine::Others RoundEngine::others(Time now) const {
@@ -303,7 +303,7 @@ void RoundEngine::on_op_finished(std::unique_ptr<Protocol> p, Time now) {
     mean_delta = mean_delta.subspan(n);
     state_.round = std::max(state_.round, group_round_);
     r.round = state_.round;
-    r.note = "slow weights averaged (members entering DiLoCo)";
+    r.note = "slow weights averaged (members entering DiLoCo, or holding different ones)";
   }
   optim::diloco_step(state_.phi, state_.momentum, mean_delta, opts_.diloco, opts_.threads);
   r.local_only = r.averaged_with.empty();

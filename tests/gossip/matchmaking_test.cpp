@@ -2,6 +2,7 @@
 // threes, no waiting for slow nodes, no stale partners.
 #include "gossip/matchmaking.hpp"
 
+#include <msgpack.hpp>
 #include <set>
 
 #include "tests/dht/swarm_util.hpp"
@@ -70,13 +71,29 @@ TEST(Matchmaking, DiLoCoGroupsTakeEveryoneOrBoundedGroups) {
 }
 
 TEST(Matchmaking, ReadyRecordRoundTripsAndRejectsTruncation) {
-  ReadyInfo r{{}, {"10.0.0.1:4000"}, "run-x", 42, 1234567, true, true};
+  ReadyInfo r{{}, {"10.0.0.1:4000"}, "run-x", 42, 1234567, true, true, {}};
+  r.phi_hash[0] = 7;
+  r.phi_hash[31] = 9;
   auto d = decode_ready(encode_ready(r));
   ASSERT_TRUE(d);
   EXPECT_EQ(*d, r);
   const auto bytes = encode_ready(r);
   for (std::size_t n = 0; n < bytes.size(); ++n)
     EXPECT_FALSE(decode_ready(std::span(bytes).first(n)));
+  // A record of an older node (six elements, no hash) reads with a zero hash.
+  msgpack::sbuffer sb;
+  msgpack::packer<msgpack::sbuffer> pk(sb);
+  pk.pack_array(6);
+  pk.pack(r.addresses);
+  pk.pack(r.run_id);
+  pk.pack(r.round);
+  pk.pack(r.window);
+  pk.pack(r.group);
+  pk.pack(r.average_phi);
+  auto old = decode_ready(std::span(reinterpret_cast<const std::uint8_t*>(sb.data()), sb.size()));
+  ASSERT_TRUE(old);
+  EXPECT_EQ(old->phi_hash, (std::array<std::uint8_t, 32>{}));
+  EXPECT_EQ(old->round, 42u);
 }
 
 // Trainers on a simulated swarm: each computes for its own round time, then matchmakes, then
