@@ -9,13 +9,11 @@
 namespace grove::sim {
 
 std::string Args::str(const std::string& k, const std::string& def) const {
-  read_[k] = true;
   auto it = kv_.find(k);
   return it == kv_.end() ? def : it->second;
 }
 
 double Args::num(const std::string& k, double def) const {
-  read_[k] = true;
   auto it = kv_.find(k);
   if (it == kv_.end()) return def;
   char* end = nullptr;
@@ -33,7 +31,6 @@ std::uint64_t Args::count(const std::string& k, std::uint64_t def) const {
 }
 
 std::vector<double> Args::list(const std::string& k, const std::vector<double>& def) const {
-  read_[k] = true;
   auto it = kv_.find(k);
   if (it == kv_.end()) return def;
   std::vector<double> out;
@@ -49,13 +46,6 @@ std::vector<double> Args::list(const std::string& k, const std::vector<double>& 
     out.push_back(v);
     pos = comma + 1;
   }
-  return out;
-}
-
-std::vector<std::string> Args::unused() const {
-  std::vector<std::string> out;
-  for (const auto& [k, v] : kv_)
-    if (!read_.contains(k)) out.push_back(k);
   return out;
 }
 

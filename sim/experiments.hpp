@@ -18,7 +18,8 @@
 namespace grove::sim {
 
 /// Options as given on the command line: --name value pairs, with typed accessors that throw
-/// std::invalid_argument with a clear message on a bad value.
+/// std::invalid_argument with a clear message on a bad value (grove-sim refuses unknown names
+/// before an experiment starts).
 class Args {
  public:
   explicit Args(std::map<std::string, std::string> kv) : kv_(std::move(kv)) {}
@@ -26,12 +27,9 @@ class Args {
   double num(const std::string& k, double def) const;
   std::uint64_t count(const std::string& k, std::uint64_t def) const;
   std::vector<double> list(const std::string& k, const std::vector<double>& def) const;
-  /// Names given but never read (reported as errors: a typo must not run a default silently).
-  std::vector<std::string> unused() const;
 
  private:
   std::map<std::string, std::string> kv_;
-  mutable std::map<std::string, bool> read_;
 };
 
 /// A CSV file with a header, written row by row.

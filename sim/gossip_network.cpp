@@ -12,6 +12,11 @@ namespace {
 constexpr std::size_t kMaxEarlyBytes = 256u << 20;
 }
 
+double tcp_flow_rate(double line_bytes_per_ms, double rtt_ms, double loss, double mss) {
+  if (loss <= 0) return line_bytes_per_ms;
+  return std::min(line_bytes_per_ms, 1.22 * mss / (std::max(1.0, rtt_ms) * std::sqrt(loss)));
+}
+
 GossipNetwork::GossipNetwork(std::uint64_t seed, GossipLinkModel model)
     : model_(model), rng_(seed) {}
 
@@ -109,11 +114,8 @@ void GossipNetwork::collect(const NodeId& node, gossip::Protocol& p) {
   for (auto& o : p.take_outgoing()) {
     if (!n.alive || n.hung) return;
     const dht::Time base = latency_fn_ ? latency_fn_(node, o.to) : model_.latency;
-    double bw = n.bytes_per_ms;
-    if (model_.loss > 0) {  // TCP under loss: the Mathis bound for this pair's RTT
-      const double rtt_ms = std::max(1.0, 2.0 * static_cast<double>(base.count()));
-      bw = std::min(bw, 1.22 * model_.mss / (rtt_ms * std::sqrt(model_.loss)));
-    }
+    const double bw = tcp_flow_rate(n.bytes_per_ms, 2.0 * static_cast<double>(base.count()),
+                                    model_.loss, model_.mss);
     const double size =
         wire_size_ ? wire_size_(std::span<const std::uint8_t>(o.data.data(), o.data.size()))
                    : static_cast<double>(o.data.size());

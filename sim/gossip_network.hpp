@@ -37,6 +37,10 @@ struct GossipLinkModel {
   double mss = 1448;  ///< bytes per segment, for the loss bound
 };
 
+/// The rate of one TCP flow over a line of `line_bytes_per_ms` with `loss` and a round trip of
+/// `rtt_ms`: the line rate, capped by the Mathis bound 1.22·MSS / (RTT·√loss).
+double tcp_flow_rate(double line_bytes_per_ms, double rtt_ms, double loss, double mss = 1448);
+
 class GossipNetwork {
  public:
   GossipNetwork(std::uint64_t seed, GossipLinkModel model);

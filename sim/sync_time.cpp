@@ -57,9 +57,7 @@ gossip::OpId op_id(std::uint64_t a, std::uint64_t b) {
 
 // The effective rate of one flow: the line rate, capped by the Mathis bound under loss.
 double flow_bytes_per_ms(const Setup& s) {
-  double bw = NetModel::bytes_per_ms(s.gbit * 1000);
-  if (s.loss > 0) bw = std::min(bw, 1.22 * 1448 / (s.rtt_ms * std::sqrt(s.loss)));
-  return bw;
+  return tcp_flow_rate(NetModel::bytes_per_ms(s.gbit * 1000), s.rtt_ms, s.loss);
 }
 
 Outcome simulate(const Setup& s, std::size_t n, bool ring) {
