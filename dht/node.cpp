@@ -146,11 +146,13 @@ void DhtNode::on_message(const Peer& from, std::span<const std::uint8_t> bytes, 
       return;  // dropped: the flooder's own requests time out; nobody else's are delayed
     }
   }
+  const bool known = table_.contains(from.id);
   if (auto stale = table_.heard_from(Contact{from.id, m->sender_address}, now)) {
     // The bucket is full: check that its oldest entry is still alive.
     const NodeId sid = stale->id;
     ping(Endpoint{stale->id, stale->address}, now, [this, sid](bool) { table_.ping_done(sid); });
   }
+  if (!known && table_.contains(from.id)) hand_over(Contact{from.id, m->sender_address}, now);
   if (is_request(m->type))
     handle_request(from, *m, now);
   else
@@ -551,13 +553,34 @@ void DhtNode::forget(const Key& key, const std::string& subkey) {
   own_.erase({key, {identity_->public_key(), subkey}});
 }
 
+// Kademlia's hand-over (Maymounkov & Mazieres 2002, section 2.5): a node that enters our table
+// may be one of the k closest to keys we hold. For each such key, the holder nearest to it (as
+// far as our table knows, the newcomer aside) sends it the key's records, so that a record put
+// while the swarm was small (a bootstrap node's state offer, stored on itself alone) is found by
+// later joiners at once instead of after the next republish. Only the nearest holder sends:
+// the newcomer gets one copy, not k.
+void DhtNode::hand_over(const Contact& newcomer, Time now) {
+  for (const Key& key : storage_.keys()) {
+    const auto near = table_.closest(key, opts_.k);
+    const bool among = std::any_of(near.begin(), near.end(),
+                                   [&](const Contact& c) { return c.id == newcomer.id; });
+    if (!among) continue;
+    const bool nearest = std::none_of(near.begin(), near.end(), [&](const Contact& c) {
+      return c.id != newcomer.id && closer(key, c.id, id());
+    });
+    if (!nearest) continue;
+    auto recs = storage_.all(key, now);
+    if (!recs.empty()) store_on({newcomer}, std::move(recs), now, nullptr, false);
+  }
+}
+
 void DhtNode::store_on(std::vector<Contact> targets, std::vector<Record> records, Time now,
-                       PutCallback done) {
+                       PutCallback done, bool keep_local) {
   auto op = std::make_shared<PutOp>();
   op->done = std::move(done);
   // Keep a copy ourselves when we are among the k closest to the key.
   const Key key = records.front().key;
-  if (targets.size() < opts_.k || closer(key, id(), targets.back().id)) {
+  if (keep_local && (targets.size() < opts_.k || closer(key, id(), targets.back().id))) {
     bool any = false;
     for (const Record& r : records) {
       if (check_record(r, now, opts_.wire.record, sig_cache_.get()) != RecordStatus::ok) continue;

@@ -192,7 +192,8 @@ class DhtNode {
   static LookupResult result_of(const Lookup& l, std::size_t k);
   void replicate(std::vector<Record> records, Time now, PutCallback done);
   void store_on(std::vector<Contact> targets, std::vector<Record> records, Time now,
-                PutCallback done);
+                PutCallback done, bool keep_local = true);
+  void hand_over(const Contact& newcomer, Time now);
   void maintenance(Time now);
   void defer(std::function<void()> fn) { deferred_.push_back(std::move(fn)); }
   void flush();

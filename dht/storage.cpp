@@ -151,6 +151,13 @@ std::vector<Record> Storage::all(const Key& key, Time now) const {
   return out;
 }
 
+std::vector<Key> Storage::keys() const {
+  std::vector<Key> out;
+  out.reserve(keys_.size());
+  for (const auto& [key, kd] : keys_) out.push_back(key);
+  return out;
+}
+
 void Storage::expire(Time now) {
   for (auto kit = keys_.begin(); kit != keys_.end();) {
     const Key key = kit->first;

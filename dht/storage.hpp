@@ -44,6 +44,8 @@ class Storage {
   std::vector<Key> take_keys_to_republish(Time before, Time now);
   /// Every live record of a key (all pages).
   std::vector<Record> all(const Key& key, Time now) const;
+  /// The keys that hold records.
+  std::vector<Key> keys() const;
 
   std::size_t source_bytes(const PublicKey& owner) const;
   const StorageStats& stats() const { return stats_; }

@@ -106,6 +106,13 @@ void RingAllReduce::start_attempt(Time now) {
   complete_ = false;
   last_heard_pred_ = now;
   last_sent_succ_ = now;
+  if (original_.size() > 2 && 2 * N <= original_.size() && N > 1) {
+    // Half the group or more is gone. Members whose views of the group differ suspect each
+    // other in turn; only a strict majority may end the round, so two halves never both do
+    // (each with its own slow weights). A member left in a minority fails and re-syncs.
+    return fail("only " + std::to_string(N) + " of the group's " +
+                std::to_string(original_.size()) + " members are left (not a majority)");
+  }
   if (N == 1) {
     // Alone. Out of a pair, the partner died: the mean of one is ours. Out of three or more,
     // losing every other member says more about our own links than theirs: fail, so that the

@@ -25,8 +25,10 @@
 // messages of other attempts are dropped, and an abort always reaches a peer before the
 // sender's data of the new attempt (one ordered connection per peer). A member named in an
 // abort it receives has been excluded: it fails (the node then re-syncs its state).
-// The op fails after `total_timeout`, and when a member of a group of three or more is left
-// alone (more likely its own links failed than everyone else's).
+// The op fails after `total_timeout`, and, in a group of three or more, when the members left
+// are no longer a strict majority of the group (alone: more likely its own links failed than
+// everyone else's; half or less: the others may be ending the round among themselves, and two
+// halves must never both end it, each with its own slow weights).
 #pragma once
 
 #include <algorithm>

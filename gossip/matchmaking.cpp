@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <msgpack.hpp>
 #include <set>
 
@@ -19,7 +20,7 @@ using transport::errc;
 std::vector<std::uint8_t> encode_ready(const ReadyInfo& r) {
   msgpack::sbuffer sb;
   msgpack::packer<msgpack::sbuffer> pk(sb);
-  pk.pack_array(7);
+  pk.pack_array(9);
   pk.pack(r.addresses);
   pk.pack(r.run_id);
   pk.pack(r.round);
@@ -29,15 +30,17 @@ std::vector<std::uint8_t> encode_ready(const ReadyInfo& r) {
   pk.pack_bin(static_cast<std::uint32_t>(r.phi_hash.size()));
   pk.pack_bin_body(reinterpret_cast<const char*>(r.phi_hash.data()),
                    static_cast<std::uint32_t>(r.phi_hash.size()));
+  pk.pack(r.wait_for);
+  pk.pack(static_cast<std::uint32_t>((r.behind ? 1u : 0u) | (r.fresh ? 2u : 0u)));
   return transport::mp::bytes_of(sb);
 }
 
 transport::Result<ReadyInfo> decode_ready(std::span<const std::uint8_t> value) {
   auto oh = transport::unpack_bounded(
-      value, {.array = 8, .map = 0, .str = 256, .bin = 32, .ext = 0, .depth = 2});
+      value, {.array = 9, .map = 0, .str = 256, .bin = 32, .ext = 0, .depth = 2});
   if (!oh) return oh.error();
   const auto& o = oh->get();
-  if (o.type != msgpack::type::ARRAY || (o.via.array.size != 6 && o.via.array.size != 7))
+  if (o.type != msgpack::type::ARRAY || o.via.array.size < 6 || o.via.array.size > 9)
     return errc::malformed;
   const auto* a = o.via.array.ptr;
   using namespace transport::mp;
@@ -53,10 +56,21 @@ transport::Result<ReadyInfo> decode_ready(std::span<const std::uint8_t> value) {
     return errc::malformed;
   r.group = a[4].via.boolean;
   r.average_phi = a[5].via.boolean;
-  if (o.via.array.size == 7) {
+  if (o.via.array.size >= 7) {
     if (a[6].type != msgpack::type::BIN || a[6].via.bin.size != r.phi_hash.size())
       return errc::malformed;
     std::memcpy(r.phi_hash.data(), a[6].via.bin.ptr, r.phi_hash.size());
+  }
+  if (o.via.array.size >= 8) {
+    std::uint64_t w = 0;
+    if (!get_u64(a[7], w) || w > std::numeric_limits<std::uint32_t>::max()) return errc::malformed;
+    r.wait_for = static_cast<std::uint32_t>(w);
+  }
+  if (o.via.array.size == 9) {
+    std::uint64_t f = 0;
+    if (!get_u64(a[8], f) || f > 3) return errc::malformed;
+    r.behind = f & 1;
+    r.fresh = f & 2;
   }
   return r;
 }
@@ -121,10 +135,14 @@ Matchmaker::Matchmaker(dht::DhtNode& dht, std::string run_id, MatchOptions opts)
 
 void Matchmaker::ready(std::uint64_t round, std::vector<std::string> addresses, Time now,
                        std::function<void(MatchResult)> done, bool average_phi,
-                       const std::array<std::uint8_t, 32>& phi_hash) {
+                       const std::array<std::uint8_t, 32>& phi_hash, std::uint32_t wait_for,
+                       bool behind, bool fresh) {
+  behind_ = behind;
+  fresh_ = fresh;
   round_ = round;
   average_phi_ = average_phi;
   phi_hash_ = phi_hash;
+  wait_for_ = wait_for;
   done_ = std::move(done);
   addresses_ = std::move(addresses);
   first_ready_ = now;
@@ -132,12 +150,23 @@ void Matchmaker::ready(std::uint64_t round, std::vector<std::string> addresses, 
   publish(now);
 }
 
+namespace {
+// The first window that closes at least `lead` after now.
+std::uint64_t window_after(Time now, Time lead, Time window) {
+  const auto w = window.count();
+  return static_cast<std::uint64_t>((now + lead).count() + w - 1) / static_cast<std::uint64_t>(w);
+}
+}  // namespace
+
+Time Matchmaker::read_time(Time now) const {
+  const auto w = window_after(now, opts_.min_lead, opts_.window);
+  return Time(static_cast<std::int64_t>(w) * opts_.window.count()) + opts_.settle;
+}
+
 void Matchmaker::publish(Time now) {
   ++attempt_;
   const auto w = opts_.window.count();
-  window_ =
-      std::max(window_ + 1, static_cast<std::uint64_t>((now + opts_.min_lead).count() + w - 1) /
-                                static_cast<std::uint64_t>(w));
+  window_ = std::max(window_ + 1, window_after(now, opts_.min_lead, opts_.window));
   const Time close{static_cast<std::int64_t>(window_) * w};
   read_at_ = close + opts_.settle;
   give_up_at_ = read_at_ + opts_.read_timeout;
@@ -150,6 +179,9 @@ void Matchmaker::publish(Time now) {
   info.group = opts_.same_round;
   info.average_phi = average_phi_;
   info.phi_hash = phi_hash_;
+  info.wait_for = wait_for_;
+  info.behind = behind_;
+  info.fresh = fresh_;
   // seq = window: a later window's record replaces an earlier one in our slot.
   dht_.put_signed(ready_key(run_id_, window_), "ready", window_, close + 4 * opts_.window,
                   encode_ready(info), now);
@@ -186,6 +218,8 @@ void Matchmaker::on_read(std::uint64_t attempt, dht::GetResult res) {
     NodeId id;
     std::uint64_t round;
     std::array<std::uint8_t, 32> phi_hash;
+    std::uint32_t wait_for;
+    bool behind, fresh;
   };
   std::vector<Seen> seen;
   std::map<std::uint64_t, std::size_t> rounds;
@@ -199,7 +233,7 @@ void Matchmaker::on_read(std::uint64_t attempt, dht::GetResult res) {
       continue;
     const NodeId id = rec.owner_id();
     if (id != dht_.id() && live_ && !live_(id)) continue;  // stale or departed member
-    seen.push_back({id, info->round, info->phi_hash});
+    seen.push_back({id, info->round, info->phi_hash, info->wait_for, info->behind, info->fresh});
     ++rounds[info->round];
     highest = std::max(highest, info->round);
     r.average_phi |= opts_.same_round && info->average_phi;
@@ -226,6 +260,15 @@ void Matchmaker::on_read(std::uint64_t attempt, dht::GetResult res) {
   } else {
     for (auto& g : make_groups(run_id_, window_, ids, opts_.group_size))
       if (std::find(g.begin(), g.end(), dht_.id()) != g.end()) r.group = g;
+    if (opts_.same_round) {
+      r.all_fresh = r.group.size() > 1;
+      for (const auto& e : seen)
+        if (std::find(r.group.begin(), r.group.end(), e.id) != r.group.end()) {
+          r.wait_for = std::max<std::size_t>(r.wait_for, e.wait_for);
+          r.behind |= e.behind;
+          r.all_fresh &= e.fresh;
+        }
+    }
     if (opts_.same_round && !r.average_phi && r.group.size() > 1) {
       // Members of one round that name different slow weights (the swarm split for a while and
       // its parts ended the same round apart): this group averages φ too and ends with one.

@@ -68,11 +68,20 @@ struct ReadyInfo {
   /// DiLoCo: the BLAKE2b-256 of our slow weights (all zero: not given). A group whose members
   /// name different hashes for the same round averages φ as well, so that it ends with one φ.
   std::array<std::uint8_t, 32> phi_hash{};
+  /// DiLoCo: the group size this member still waits for in this window (the members its view
+  /// has at its round, itself included; 0 = it does not wait). The group waits a window when
+  /// any of its records names more than the group's size: one decision from the records all
+  /// members read, not from each member's own view of the swarm.
+  std::uint32_t wait_for = 0;
+  /// DiLoCo: this member's view has members past its round (the round was ended without it).
+  bool behind = false;
+  /// DiLoCo: this member synced into its round and has ended no round since (a joiner).
+  bool fresh = false;
   friend bool operator==(const ReadyInfo&, const ReadyInfo&) = default;
 };
 /// Ready record value: msgpack [addresses, run_id, round, window, group, average_phi, phi_hash
-/// (bin 32)]; records without the last element (older nodes) decode with a zero hash. Decoding
-/// is bounded.
+/// (bin 32), wait_for, flags (1 behind, 2 fresh)]; records without the last elements (older
+/// nodes) decode with a zero hash, wait_for 0 and no flags. Decoding is bounded.
 std::vector<std::uint8_t> encode_ready(const ReadyInfo& r);
 transport::Result<ReadyInfo> decode_ready(std::span<const std::uint8_t> value);
 dht::Key ready_key(const std::string& run_id, std::uint64_t window);
@@ -97,6 +106,9 @@ struct MatchResult {
   std::size_t at_swarm_round = 0;  ///< ready records at swarm_round (they will end it together)
   bool out_of_sync = false;        ///< same_round: our round is not the swarm round
   bool average_phi = false;        ///< same_round: the group averages φ too
+  std::size_t wait_for = 0;        ///< same_round: the largest wait_for of the group's records
+  bool behind = false;             ///< same_round: a record of the group says `behind`
+  bool all_fresh = false;          ///< same_round: every record of the group says `fresh`
 };
 
 class Matchmaker {
@@ -113,8 +125,11 @@ class Matchmaker {
   /// callback). A second ready() before the first finished replaces it.
   void ready(std::uint64_t round, std::vector<std::string> addresses, Time now,
              std::function<void(MatchResult)> done, bool average_phi = false,
-             const std::array<std::uint8_t, 32>& phi_hash = {});
+             const std::array<std::uint8_t, 32>& phi_hash = {}, std::uint32_t wait_for = 0,
+             bool behind = false, bool fresh = false);
   bool busy() const { return state_ != State::idle; }
+  /// When a ready() at `now` would read its window's records.
+  Time read_time(Time now) const;
 
   void on_timer(Time now);
   std::optional<Time> next_deadline() const;
@@ -134,6 +149,8 @@ class Matchmaker {
   std::uint64_t round_ = 0, window_ = 0;
   bool average_phi_ = false;
   std::array<std::uint8_t, 32> phi_hash_{};
+  std::uint32_t wait_for_ = 0;
+  bool behind_ = false, fresh_ = false;
   Time read_at_{0}, give_up_at_{0}, first_ready_{0};
   std::vector<std::string> addresses_;
   std::function<void(MatchResult)> done_;

@@ -134,10 +134,32 @@ void RoundEngine::submit(std::vector<float> theta, Time now) {
 }
 
 void RoundEngine::declare_ready(Time now) {
-  auto& mm = round_mode_ == OuterMode::diloco ? *groups_ : *pairs_;
+  const bool diloco = round_mode_ == OuterMode::diloco;
+  auto& mm = diloco ? *groups_ : *pairs_;
+  // DiLoCo: members at our round that are missing from a window's group would average apart
+  // from it one window later, and the two halves' slow weights would differ from then on. Our
+  // record asks the group to wait for them (a window or two; a dead member is given up on after
+  // that, it leaves the view). The group decides from its records, which every member reads
+  // alike, not from each member's own view: a member that waited while the others started
+  // would split the group.
+  // Likewise the group as a whole takes the swarm's newer state when one of its members has
+  // seen the round ended elsewhere (`behind`), and a group made only of members that synced
+  // into this round (joiners, whose donors may be averaging it right now) waits for the
+  // members that were there before them, up to group_wait.
+  std::uint32_t wait_for = 0;
+  bool behind = false, fresh = false;
+  if (diloco && !entering_diloco_) {
+    const Others view = others(now);
+    const Time waited = mm.read_time(now) - submitted_;
+    behind = view.ahead;
+    fresh = synced_into_round_ && waited < opts_.group_wait;
+    if (opts_.diloco_group == 0 && !view.ahead &&
+        waited < std::min(opts_.group_wait, 3 * opts_.match.window))
+      wait_for = static_cast<std::uint32_t>(view.at_round + 1);
+  }
   mm.ready(state_.round, addresses_, now,
            guarded(alive_, [this](MatchResult m) { on_match(std::move(m), dht_.now()); }),
-           entering_diloco_, phi_hash_);
+           entering_diloco_, phi_hash_, wait_for, behind, fresh);
 }
 
 RoundEngine::Others RoundEngine::others(Time now) const {
@@ -188,12 +210,15 @@ void RoundEngine::on_match(MatchResult m, Time now) {
     apply_local(r);
     return finish_round(std::move(r), now);
   }
-  // Members at our round missing from this window's group would average apart from it one
-  // window later, and the two halves' slow weights would differ from then on: wait a window or
-  // two for them (a dead member is given up on after that; it leaves the view).
-  if (diloco && !m.average_phi && opts_.diloco_group == 0 && !view.ahead &&
-      m.group.size() < view.at_round + 1 &&
-      now - submitted_ < std::min(opts_.group_wait, 3 * opts_.match.window))
+  // Decisions every member of the group takes alike, from the records they all read
+  // (declare_ready says why): the swarm has ended this round, so take its state; the group
+  // lacks members at its round, or holds joiners only: wait a window.
+  if (diloco && !m.average_phi && m.behind)
+    return begin_sync(state_.round + 1, false,
+                      "left out of round " + std::to_string(state_.round) +
+                          ": the swarm has ended it without this window's group",
+                      now);
+  if (diloco && !m.average_phi && (m.wait_for > m.group.size() || m.all_fresh))
     return declare_ready(now);
   const OpId op = group_op(run_id_, m.window, m.group);
   const NodeId self = dht_.id();
@@ -322,6 +347,7 @@ void RoundEngine::on_op_finished(std::unique_ptr<Protocol> p, Time now) {
 
 void RoundEngine::finish_round(RoundReport r, Time now) {
   ++state_.round;
+  synced_into_round_ = false;
   r.sync_time = now - submitted_;
   theta_.clear();
   theta_.shrink_to_fit();
@@ -566,6 +592,7 @@ void RoundEngine::sync_done(Time now) {
   state_ = std::move(*s);
   has_state_ = true;
   ++syncs_;
+  synced_into_round_ = true;
   phase_ = Phase::idle;
   theta_.clear();
   after_state(now);
@@ -582,7 +609,7 @@ void RoundEngine::sync_done(Time now) {
   reports_.push_back(std::move(r));
 }
 
-void RoundEngine::sync_failed(const std::string& why, Time now) {
+void RoundEngine::sync_failed(std::string why, Time now) {
   download_.reset();
   offers_retry_ = Time::max();
   RoundReport r;

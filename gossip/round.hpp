@@ -198,7 +198,7 @@ class RoundEngine {
                   std::set<NodeId> donors = {});
   void on_offers(std::uint64_t attempt, dht::GetResult res, Time now);
   void sync_done(Time now);
-  void sync_failed(const std::string& why, Time now);
+  void sync_failed(std::string why, Time now);  // by value: `why` may live in download_
   void poll_modes(Time now);
   void check_member(const dht::MemberInfo& m);
   /// Decides, from the hashes seen so far for `round`, whether ours is the group's.
@@ -251,6 +251,7 @@ class RoundEngine {
   std::set<NodeId> departed_;  // members seen leaving or expiring: their ready records are ignored
   std::optional<Repair> repair_;  // our φ is not the group's: the next DiLoCo submit re-syncs
   std::uint64_t mismatches_ = 0, syncs_ = 0, repairs_ = 0;
+  bool synced_into_round_ = false;  // our state came from a sync; no round ended since
 };
 
 }  // namespace grove::gossip

@@ -27,6 +27,10 @@ SwarmOptions fast_options(gossip::OuterMode mode) {
   return o;
 }
 
+namespace {
+constexpr int kJoinAttempts = 3;  // node/node.cpp: three state syncs before it gives up
+}  // namespace
+
 struct Swarm::Node {
   std::size_t index = 0;
   gossip::NodeId id{};
@@ -48,6 +52,7 @@ struct Swarm::Node {
   bool leaving = false, left = false;  // leave(): asked; the member record says so
   std::optional<Time> leave_by;        // the grace for the round in flight ends
   std::optional<Time> wake;            // its entry in wake_
+  int join_attempts = 0;
 };
 
 Swarm::Swarm(std::uint64_t seed, SwarmOptions opts)
@@ -149,7 +154,9 @@ std::size_t Swarm::join(std::size_t via, NodeSpec spec) {
   const std::size_t i = add(std::move(spec));
   dht_.call(i, [&](dht::DhtNode& d) {
     d.bootstrap({dht_.address(via)}, now_, [this, i](std::size_t) {
-      if (alive(i)) nodes_[i]->engine->join(dht_.now(), opts_.params);
+      if (!alive(i)) return;
+      ++nodes_[i]->join_attempts;
+      nodes_[i]->engine->join(dht_.now(), opts_.params);
     });
   });
   service(i);
@@ -276,8 +283,10 @@ void Swarm::service(std::size_t i) {
     r.seq = seq_++;
     replies_.push(std::move(r));
   }
+  bool rejoin = false;
   for (auto& rep : n.engine->take_reports()) {
     if (rep.kind == gossip::RoundReport::Kind::round) ++n.rounds;
+    if (rep.kind == gossip::RoundReport::Kind::sync_failed && !n.engine->has_state()) rejoin = true;
     if (n.spec.overlap) {
       if (rep.kind == gossip::RoundReport::Kind::round && n.theta.size() == opts_.params)
         n.engine->mix(n.theta);
@@ -289,6 +298,13 @@ void Swarm::service(std::size_t i) {
     n.reports.push_back(rep);
     if (watch_) watch_(i, rep);
     if (!n.alive) return;
+  }
+  if (rejoin) {
+    // Like grove-node: a joiner that found no state tries twice more, then gives up and exits.
+    if (n.join_attempts >= kJoinAttempts) return kill(i);
+    ++n.join_attempts;
+    dht_.call(i, [&](dht::DhtNode&) { n.engine->join(now_, opts_.params); });
+    return service(i);
   }
   if (n.waiting && n.engine->idle()) {  // overlap: hand over the phase that waited
     n.waiting = false;

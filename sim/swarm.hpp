@@ -70,7 +70,8 @@ class Swarm {
 
   /// The first node: creates the run with φ = 0 (round 0).
   std::size_t bootstrap(NodeSpec spec = {});
-  /// A node that joins through `via` (its address in the DHT) and syncs its state.
+  /// A node that joins through `via` (its address in the DHT) and syncs its state; like
+  /// grove-node it tries three times, then gives up (it is then no longer alive).
   std::size_t join(std::size_t via, NodeSpec spec = {});
   void kill(std::size_t i);
   /// Graceful leave: no new inner phase, the round in flight ends (bounded by leave_grace), the

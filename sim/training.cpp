@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <stdexcept>
 
 #include "sim/experiments.hpp"
 #include "sim/swarm.hpp"
@@ -239,6 +240,9 @@ int run_churn(const Args& a, const std::string& out) {
         std::vector<std::size_t> live;
         for (std::size_t i = 0; i < s.size(); ++i)
           if (s.alive(i) && !s.leaving(i) && s.engine(i).has_state()) live.push_back(i);
+        if (live.size() < 2)
+          throw std::runtime_error("churn: fewer than two trained nodes left at minute " +
+                                   std::to_string(m) + "; the swarm did not form");
         const std::size_t victim = live[rng() % live.size()];
         if (done % 2 == 0) {
           s.leave(victim);

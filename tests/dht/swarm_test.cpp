@@ -112,6 +112,41 @@ TEST(Swarm, ColdStartFormsOneDht) {
   EXPECT_EQ(formed, 100);
 }
 
+// A record put by a node that is still alone (a bootstrap node's state offer) is stored on
+// that node only. As the swarm grows around it, the nodes nearest to the key must come to hold
+// it (Kademlia's hand-over to newcomers), well before the 5-minute republish: otherwise joiners,
+// whose lookups end at the nodes nearest to the key, find nothing. The key is chosen on the far
+// side of the ID space from the writer, so that the writer is not itself among the k nearest.
+TEST(Swarm, RecordPutWhileAloneIsFoundByLaterJoiners) {
+  DhtNetwork net(5, LinkModel{Time(20), Time(5), 0.0}, sim_options());
+  const Time t0 = net.now();
+  const std::size_t first = net.add_node();
+  net.call(first, [&](DhtNode& d) { d.bootstrap({}, net.now()); });
+  Key key = net.node(first).id();
+  key[0] ^= 0x80;
+  auto r = put(net, first, key, "offer", 1, Time(3'600'000), bytes_of("state of round 0"));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->acked, 0u);
+  EXPECT_TRUE(r->local);
+  std::mt19937_64 rng(21);
+  grow(net, 80, rng);  // 16 s: far less than the republish interval
+  const std::size_t k = net.node(first).options().k;
+  ASSERT_FALSE(true_closest(net, key, k).contains(net.node(first).id()));
+  int found = 0;
+  for (auto i : net.alive_nodes()) {
+    if (i == first) continue;
+    auto g = get(net, i, key, GetOptions{1});
+    ASSERT_TRUE(g);
+    found += !g->records.empty();
+  }
+  std::size_t holders = 0;
+  for (auto i : net.alive_nodes()) holders += !net.node(i).storage().all(key, net.now()).empty();
+  std::printf("found by %d of 80 joiners; %zu nodes hold it after %.0f s\n", found, holders,
+              std::chrono::duration<double>(net.now() - t0).count());
+  EXPECT_EQ(found, 80);
+  EXPECT_LE(holders, 3 * k);  // one copy per newcomer near the key, not one per holder
+}
+
 // Two halves cut apart for 3 minutes write under one key on both sides; after the cut heals,
 // every node's GET sees both sides' records and the routing tables reconnect.
 TEST(Swarm, PartitionHealsAndViewsMerge) {

@@ -571,7 +571,8 @@ void gossip_seeds(const fs::path& dir) {
     b.insert(b.end(), v.begin(), v.end());
     write(dir, std::to_string(k++) + "-" + name, b, "record");
   };
-  put_rec("ready", g::encode_ready({{}, {"127.0.0.1:4000"}, "fuzz", 3, 99}));
+  put_rec("ready",
+          g::encode_ready({{}, {"127.0.0.1:4000"}, "fuzz", 3, 99, true, false, {}, 4, true, true}));
   const g::StateSnapshot snap("fuzz", 1, std::vector<std::uint8_t>(1000, 7), 256);
   put_rec("offer", g::encode_offer({{}, "a:1", "fuzz", 1, 1000, snap.root()}));
   put_rec("state-request", g::encode_state_request({snap.root(), 2}));

@@ -262,6 +262,28 @@ TEST(RingAllReduce, AMemberLeftAloneOutOfThreeFailsButOneOfAPairGoesOn) {
   }
 }
 
+// Members whose views of the group differ suspect each other in turn; if both halves could go
+// on, each would end the round with its own slow weights. Only a strict majority goes on.
+TEST(RingAllReduce, HalfTheGroupGoneFailsAMajorityGoesOn) {
+  AllReduceOptions o;
+  o.chunk_values = 256;
+  for (const auto& [N, lost] : std::vector<std::pair<std::size_t, std::size_t>>{
+           {4, 1}, {4, 2}, {5, 2}, {5, 3}, {8, 3}, {8, 4}}) {
+    SCOPED_TRACE(std::to_string(lost) + " of " + std::to_string(N) + " lost");
+    std::vector<NodeId> ids(N);
+    for (std::size_t i = 0; i < N; ++i) ids[i][0] = static_cast<std::uint8_t>(i + 1);
+    RingAllReduce r(op_of(5), ids[0], ids, std::vector<float>(512, 1.0f), o, dht::Time(0));
+    for (std::size_t i = 1; i <= lost; ++i) r.on_peer_failed(ids[i], dht::Time(1));
+    if (2 * (N - lost) > N) {
+      EXPECT_EQ(r.status(), OpStatus::running);
+      EXPECT_EQ(r.members().size(), N - lost);
+    } else {
+      EXPECT_EQ(r.status(), OpStatus::failed);
+      EXPECT_NE(r.failure().find("not a majority"), std::string::npos) << r.failure();
+    }
+  }
+}
+
 TEST(RingAllReduce, GivesUpAtTheTotalTimeout) {
   AllReduceOptions o;
   o.chunk_values = 256;

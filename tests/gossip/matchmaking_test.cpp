@@ -94,6 +94,94 @@ TEST(Matchmaking, ReadyRecordRoundTripsAndRejectsTruncation) {
   ASSERT_TRUE(old);
   EXPECT_EQ(old->phi_hash, (std::array<std::uint8_t, 32>{}));
   EXPECT_EQ(old->round, 42u);
+  EXPECT_EQ(old->wait_for, 0u);
+  EXPECT_FALSE(old->behind || old->fresh);
+}
+
+TEST(Matchmaking, ReadyRecordCarriesTheGroupsDecisionsAndRejectsBadFlags) {
+  for (const bool behind : {false, true})
+    for (const bool fresh : {false, true}) {
+      ReadyInfo r{{}, {"10.0.0.1:4000"}, "run-x", 7, 99, true, false, {}, 12, behind, fresh};
+      auto d = decode_ready(encode_ready(r));
+      ASSERT_TRUE(d);
+      EXPECT_EQ(*d, r);
+    }
+  auto pack = [](std::size_t n, std::uint64_t wait_for, std::uint64_t flags) {
+    msgpack::sbuffer sb;
+    msgpack::packer<msgpack::sbuffer> pk(sb);
+    pk.pack_array(static_cast<std::uint32_t>(n));
+    pk.pack(std::vector<std::string>{"a:1"});
+    pk.pack(std::string("run-x"));
+    pk.pack(std::uint64_t{3});
+    pk.pack(std::uint64_t{4});
+    pk.pack(true);
+    pk.pack(false);
+    const std::array<char, 32> hash{};
+    pk.pack_bin(32);
+    pk.pack_bin_body(hash.data(), 32);
+    if (n >= 8) pk.pack(wait_for);
+    if (n >= 9) pk.pack(flags);
+    return std::vector<std::uint8_t>(sb.data(), sb.data() + sb.size());
+  };
+  auto eight = decode_ready(pack(8, 5, 0));  // a node without the flags
+  ASSERT_TRUE(eight);
+  EXPECT_EQ(eight->wait_for, 5u);
+  EXPECT_FALSE(eight->behind || eight->fresh);
+  EXPECT_FALSE(decode_ready(pack(9, 5, 4)));                       // unknown flag
+  EXPECT_FALSE(decode_ready(pack(9, std::uint64_t{1} << 33, 0)));  // wait_for beyond 32 bits
+}
+
+// DiLoCo members decide together from the records they all read: one record asking to wait
+// for more members, one saying the swarm is past this round, or all saying "joined into this
+// round" is seen alike by every member of the group.
+TEST(Matchmaking, DiLoCoGroupDecisionsComeFromTheRecords) {
+  struct Case {
+    std::vector<std::uint32_t> wait_for;
+    std::vector<bool> behind, fresh;
+    std::size_t want_wait;
+    bool want_behind, want_fresh;
+  };
+  const std::vector<Case> cases = {
+      {{3, 3, 3}, {false, false, false}, {false, false, false}, 3, false, false},
+      {{3, 5, 0}, {false, false, false}, {false, false, false}, 5, false, false},
+      {{0, 0, 0}, {false, true, false}, {false, false, false}, 0, true, false},
+      {{0, 0, 0}, {false, false, false}, {true, true, true}, 0, false, true},
+      {{0, 0, 0}, {false, false, false}, {true, false, true}, 0, false, false},
+  };
+  for (std::size_t c = 0; c < cases.size(); ++c) {
+    SCOPED_TRACE("case " + std::to_string(c));
+    DhtNetwork net{41 + c, LinkModel{Time(30), Time(10), 0.0}, sim_options()};
+    std::mt19937_64 rng{3};
+    grow(net, 8, rng, 2);
+    net.run_for(Time(5000));
+    MatchOptions mo;
+    mo.group_size = 0;
+    mo.same_round = true;
+    std::vector<std::unique_ptr<Matchmaker>> mm;
+    std::vector<std::optional<MatchResult>> got(3);
+    for (std::size_t i = 0; i < 3; ++i) {
+      mm.push_back(std::make_unique<Matchmaker>(net.node(i), "run-d", mo));
+      const auto& k = cases[c];
+      net.call(i, [&](dht::DhtNode&) {
+        mm[i]->ready(
+            4, {net.address(i)}, net.now(), [&got, i](MatchResult r) { got[i] = std::move(r); },
+            false, {}, k.wait_for[i], k.behind[i], k.fresh[i]);
+      });
+    }
+    ASSERT_TRUE(net.run_until(
+        [&] {
+          for (std::size_t i = 0; i < 3; ++i)
+            net.call(i, [&](dht::DhtNode&) { mm[i]->on_timer(net.now()); });
+          return got[0] && got[1] && got[2];
+        },
+        Time(60'000)));
+    for (std::size_t i = 0; i < 3; ++i) {
+      EXPECT_EQ(got[i]->group.size(), 3u);
+      EXPECT_EQ(got[i]->wait_for, cases[c].want_wait);
+      EXPECT_EQ(got[i]->behind, cases[c].want_behind);
+      EXPECT_EQ(got[i]->all_fresh, cases[c].want_fresh);
+    }
+  }
 }
 
 // Trainers on a simulated swarm: each computes for its own round time, then matchmakes, then

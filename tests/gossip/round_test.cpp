@@ -348,6 +348,33 @@ TEST(RoundEngine, AForgedOfferOfAHugeStateIsNeverTried) {
   EXPECT_EQ(s.state_requests(1), asked_before);  // the forged donor was never asked
 }
 
+// The only offer names a state its donor does not have (here: a root it never served), so every
+// request fails and the joiner's sync fails. The report says why: the failure text comes from
+// the download, which is gone by the time the report is written (it was read after free once;
+// ASan runs this test).
+TEST(RoundEngine, AJoinWhoseDonorsAllFailReportsWhy) {
+  Swarm s(21, fast_options(OuterMode::noloco));
+  s.bootstrap({ms(3000), {}});
+  s.run_for(ms(1'000));
+  StateOffer bogus;
+  bogus.address = s.dht_network().address(0);
+  bogus.run_id = "sim-run";
+  bogus.round = 0;
+  bogus.size = 4096;
+  bogus.root[0] = 1;
+  s.dht_network().call(0, [&](dht::DhtNode& d) {
+    d.put_signed(state_key("sim-run"), "state", std::uint64_t{1} << 62, s.now() + ms(600'000),
+                 encode_offer(bogus), s.now());
+  });
+  const std::size_t j = s.join(0, {ms(3000), {}});
+  ASSERT_TRUE(s.run_until([&] { return !s.reports(j).empty(); }, ms(60'000)));
+  const auto& first = s.reports(j).front();
+  EXPECT_EQ(first.kind, RoundReport::Kind::sync_failed) << first.note;
+  EXPECT_NE(first.note.find("joining; state sync failed: "), std::string::npos) << first.note;
+  EXPECT_NE(first.note.find("request failed"), std::string::npos) << first.note;
+  EXPECT_FALSE(s.engine(j).has_state());
+}
+
 TEST(RoundEngine, HashMismatchIsDetectedAndCounted) {
   Swarm s(18, fast_options(OuterMode::diloco));
   grow(s, 3, {ms(3000), {}});
