@@ -133,12 +133,15 @@ void Membership::poll(Time now) {
   if (polling_) return;  // the previous poll is still running (slow network)
   polling_ = true;
   std::weak_ptr<bool> alive = alive_;
-  dht_.get(key_, now, [this, alive](GetResult g) {
-    if (alive.expired()) return;
-    polling_ = false;
-    ++polls_;
-    merge(std::move(g.records), dht_.now());
-  });
+  dht_.get(
+      key_, now,
+      [this, alive](GetResult g) {
+        if (alive.expired()) return;
+        polling_ = false;
+        ++polls_;
+        merge(std::move(g.records), dht_.now());
+      },
+      GetOptions{opts_.read_quorum});
 }
 
 void Membership::merge(std::vector<Record> records, Time now) {

@@ -41,6 +41,10 @@ struct MembershipOptions {
   Time publish_every{10'000};  ///< refresh of our own record (< ttl)
   Time poll_every{7'000};      ///< re-read of the run's members
   std::size_t max_members = 4096;
+  /// A poll reads the members' dictionary from this many of the nodes nearest to its key (each
+  /// holds all of it: every record is stored on the k nearest), not from all k: a swarm of N
+  /// members then moves read_quorum·N records per poll and node instead of k·N. 0 = all k.
+  std::size_t read_quorum = 4;
 };
 
 enum class MemberEvent { joined, updated, left };

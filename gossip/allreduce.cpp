@@ -263,7 +263,10 @@ void RingAllReduce::suspect(const std::set<NodeId>& ids, Time now, const char* w
     if (id != self_ && suspects_.insert(id).second) grew = true;
   if (!grew) return;
   std::string names;
-  for (const auto& id : ids) names += (names.empty() ? "" : ",") + dht::short_hex(id);
+  for (const auto& id : ids) {
+    if (!names.empty()) names += ',';
+    names += dht::short_hex(id);
+  }
   spdlog::warn("all-reduce {}: suspecting {} ({}); retrying among {} members at t={}",
                transport::to_hex(self_).substr(0, 4), names, why,
                original_.size() - suspects_.size(), now.count());

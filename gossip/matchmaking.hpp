@@ -75,7 +75,7 @@ struct ReadyInfo {
   std::uint32_t wait_for = 0;
   /// DiLoCo: this member's view has members past its round (the round was ended without it).
   bool behind = false;
-  /// DiLoCo: this member synced into its round and has ended no round since (a joiner).
+  /// DiLoCo: this member joined by a state sync and has ended no round since.
   bool fresh = false;
   friend bool operator==(const ReadyInfo&, const ReadyInfo&) = default;
 };

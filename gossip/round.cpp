@@ -592,7 +592,9 @@ void RoundEngine::sync_done(Time now) {
   state_ = std::move(*s);
   has_state_ = true;
   ++syncs_;
-  synced_into_round_ = true;
+  // A joiner stays "fresh" until it ends a round; a member that catches up does not become
+  // fresh (when every member had to catch up, nobody would be left to wait for).
+  if (joining_) synced_into_round_ = true;
   phase_ = Phase::idle;
   theta_.clear();
   after_state(now);

@@ -251,7 +251,7 @@ class RoundEngine {
   std::set<NodeId> departed_;  // members seen leaving or expiring: their ready records are ignored
   std::optional<Repair> repair_;  // our φ is not the group's: the next DiLoCo submit re-syncs
   std::uint64_t mismatches_ = 0, syncs_ = 0, repairs_ = 0;
-  bool synced_into_round_ = false;  // our state came from a sync; no round ended since
+  bool synced_into_round_ = false;  // we joined by a state sync and have ended no round since
 };
 
 }  // namespace grove::gossip

@@ -61,6 +61,7 @@ void DhtNetwork::pump(std::size_t i) {
   if (touched_) touched_(i);
   SimNode& n = *nodes_[i];
   for (auto& o : n.dht->take_outgoing()) {
+    n.bytes_sent += o.bytes.size();
     auto to = resolve(o.to);
     const bool wrong_id = to && alive(*to) && o.to.id && nodes_[*to]->identity->id() != *o.to.id;
     const bool cut = to && partition_ && partition_(i) != partition_(*to);

@@ -63,6 +63,8 @@ class DhtNetwork {
   /// Runs until pred() holds (checked after every event) or `limit` of virtual time passes.
   bool run_until(const std::function<bool()>& pred, Time limit);
 
+  /// DHT bytes node i handed to the network (requests and replies, delivered or not).
+  std::uint64_t bytes_sent(std::size_t i) const { return nodes_.at(i)->bytes_sent; }
   std::uint64_t messages_delivered() const { return delivered_; }
   std::uint64_t messages_dropped() const { return dropped_; }
 
@@ -72,6 +74,7 @@ class DhtNetwork {
     std::unique_ptr<dht::DhtNode> dht;
     bool alive = true;
     Time timer_at = Time::max();
+    std::uint64_t bytes_sent = 0;
   };
   enum class Kind { deliver, timer, send_failed };
   struct Event {

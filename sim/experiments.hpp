@@ -6,6 +6,8 @@
 //   spread      NoLoCo vs DiLoCo in a simulated swarm: loss and replica spread vs N and H
 //   dht-churn   DHT lookup success and latency at N nodes with a share replaced every period
 //   churn       a swarm whose membership changes by a share during the run, against no churn
+//   scale       the whole swarm at N = 16 ... 1024: join time, control-plane traffic per node,
+//               member views, rounds and loss
 //   noloco-sweep what gossip can change without an all-reduce (group size, γ, α, H, partner
 //               choice, look-ahead) against standard DiLoCo at equal compute
 #pragma once
@@ -57,5 +59,6 @@ int run_spread(const Args& a, const std::string& out);
 int run_dht_churn(const Args& a, const std::string& out);
 int run_churn(const Args& a, const std::string& out);
 int run_noloco_sweep(const Args& a, const std::string& out);
+int run_scale(const Args& a, const std::string& out);
 
 }  // namespace grove::sim

@@ -35,6 +35,11 @@ const Experiment kExperiments[] = {
      "--nodes 32 --inner-steps 50 --share 0.3 --minutes 30 --outer noloco|diloco "
      "--workload quadratic|mlp --step-ms 100 --rtt-ms 0 (0: world model) --loss 0 --seed 1",
      grove::sim::run_churn},
+    {"scale", "the whole swarm at growing N: join time, control-plane bytes, views, rounds",
+     "--nodes 16,64,256,1024 --inner-steps 50 --join-minutes 2 --minutes 5 "
+     "--outer noloco|diloco --workload quadratic|mlp --step-ms 100 --rtt-ms 0 (0: world model) "
+     "--loss 0 --seed 1",
+     grove::sim::run_scale},
     {"noloco-sweep",
      "gossip settings (group size, gamma, beta, alpha, partners, look-ahead) vs DiLoCo",
      "--replicas 16 --steps 3000 --inner-steps 50 --seeds 3 --workload mlp|quadratic",

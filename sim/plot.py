@@ -84,6 +84,16 @@ def main():
         fig, ax = plt.subplots(figsize=(8, 5.5))
         lines_by(data, ax, "minute", "mean_loss", "series", "minutes", "mean loss of live nodes",
                  True)
+    elif kind == "scale":
+        fig, axes = plt.subplots(1, 3, figsize=(15, 4.8))
+        lines_by(data, axes[0], "nodes", "dht_kBps_mean", "series", "nodes N",
+                 "control plane per node, mean (kB/s)")
+        lines_by(data, axes[1], "nodes", "join_p95_s", "series", "nodes N",
+                 "join to state, p95 (s)")
+        lines_by(data, axes[2], "nodes", "averaged_share", "series", "nodes N",
+                 "rounds averaged with a partner")
+        for ax in axes:
+            ax.set_xscale("log", base=2)
     elif kind == "noloco-sweep":
         fig, ax = plt.subplots(figsize=(10, max(4, 0.3 * len(data))))
         labels = [r["setting"] for r in data]

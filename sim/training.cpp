@@ -9,12 +9,18 @@
 // churn   N nodes train; between 20% and 80% of the run, --share of them leave (half gracefully,
 //         half by crashing) and as many new nodes join, spread evenly. The mean loss of the live
 //         nodes per minute, against the same run without churn.
+// scale   The whole swarm at N = 16 ... 1024: nodes join one after another over --join-minutes,
+//         then train for --minutes. Per N: how long a join took (DHT bootstrap and state
+//         download), the control plane's traffic per node (every DHT byte: member records and
+//         polls, ready records and reads, state offers, lookups), how complete the member views
+//         are, rounds per minute, the share of rounds averaged with a partner, and the loss.
 // Inner steps take --step-ms of virtual time, ±20% per node (heterogeneous machines); links are
 // the world model (regions, cloud/lab/home lines, 0.1% loss) unless --rtt-ms is given.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <set>
 #include <stdexcept>
 
 #include "sim/experiments.hpp"
@@ -215,8 +221,9 @@ int run_churn(const Args& a, const std::string& out) {
       "churn: %zu nodes %s, H = %u, %.0f%% of them leave and as many join between 20%% "
       "and 80%% of %.0f min\n",
       n, mode_s.c_str(), h, 100 * share, minutes);
-  Csv csv(out + "/churn.csv", {"series", "minute", "live", "left", "crashed", "joined", "mean_loss",
-                               "loss_at_mean", "spread", "round_max"});
+  const std::string name = mode == OuterMode::diloco ? "churn_diloco" : "churn";
+  Csv csv(out + "/" + name + ".csv", {"series", "minute", "live", "left", "crashed", "joined",
+                                      "mean_loss", "loss_at_mean", "spread", "round_max"});
   for (const bool churn : {false, true}) {
     const auto wall0 = std::chrono::steady_clock::now();
     Swarm s(st.seed, swarm_options(st, mode, workload(st, h)));
@@ -272,7 +279,131 @@ int run_churn(const Args& a, const std::string& out) {
     std::fflush(stdout);
   }
   std::printf("csv: %s\n", csv.path().c_str());
-  plot("churn", csv.path(), out + "/churn.png");
+  plot("churn", csv.path(), out + "/" + name + ".png");
+  return 0;
+}
+
+namespace {
+double quantile(std::vector<double> v, double q) {
+  if (v.empty()) return NAN;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<std::size_t>(q * double(v.size())))];
+}
+}  // namespace
+
+int run_scale(const Args& a, const std::string& out) {
+  const Setup st = read_setup(a);
+  const auto ns = a.list("nodes", {16, 64, 256, 1024});
+  const auto h = static_cast<std::uint32_t>(a.count("inner-steps", 50));
+  const double join_minutes = a.num("join-minutes", 2);
+  const double minutes = a.num("minutes", 5);
+  const std::string mode_s = a.str("outer", "noloco");
+  if (mode_s != "diloco" && mode_s != "noloco")
+    throw std::invalid_argument("--outer: noloco or diloco");
+  const OuterMode mode = mode_s == "diloco" ? OuterMode::diloco : OuterMode::noloco;
+  for (double n : ns)
+    if (n < 2 || n != std::floor(n) || n > 4096)
+      throw std::invalid_argument("--nodes: whole numbers in 2..4096");
+  if (h < 1 || join_minutes < 0 || minutes < 0.5)
+    throw std::invalid_argument("scale: need inner-steps >= 1, join-minutes >= 0, minutes >= 0.5");
+  std::printf(
+      "scale: %s, H = %u, nodes join over %.1f min then train %.1f min, %s links, quadratic\n",
+      mode_s.c_str(), h, join_minutes, minutes, st.rtt_ms > 0 ? "uniform" : "world-model");
+  const std::string name = mode == OuterMode::diloco ? "scale_diloco" : "scale";
+  Csv csv(
+      out + "/" + name + ".csv",
+      {"series", "nodes", "with_state", "join_p50_s", "join_p95_s", "dht_kBps_mean", "dht_kBps_p95",
+       "view_complete", "rounds_per_min", "averaged_share", "mean_loss", "loss_at_mean", "wall_s"});
+  std::printf("%6s %8s %9s %9s %11s %11s %9s %9s %9s %10s %8s\n", "N", "state", "join p50",
+              "join p95", "DHT kB/s", "p95 kB/s", "views", "rnd/min", "averaged", "mean loss",
+              "wall s");
+  for (double nd : ns) {
+    const auto n = static_cast<std::size_t>(nd);
+    const auto wall0 = std::chrono::steady_clock::now();
+    Swarm s(st.seed * 1000 + n, swarm_options(st, mode, workload(st, h)));
+    std::mt19937_64 rng(st.seed + 7 * n);
+    std::vector<Time> asked(n, Time(-1));
+    std::vector<double> join_s;
+    s.on_report([&](std::size_t i, const gossip::RoundReport& r) {
+      if (r.kind == gossip::RoundReport::Kind::synced && i < n && asked[i] >= Time(0)) {
+        join_s.push_back(std::chrono::duration<double>(s.now() - asked[i]).count());
+        asked[i] = Time(-1);
+      }
+    });
+    s.bootstrap(node_spec(st, h, rng));
+    const Time t0 = s.now();
+    for (std::size_t i = 1; i < n; ++i) {
+      s.run_until(t0 +
+                  Time(static_cast<std::int64_t>(join_minutes * 60'000 * double(i) / double(n))));
+      std::vector<std::size_t> ready;
+      for (std::size_t j = 0; j < s.size(); ++j)
+        if (s.alive(j) && s.engine(j).has_state()) ready.push_back(j);
+      const std::size_t via = ready.empty() ? 0 : ready[rng() % ready.size()];
+      asked[i] = s.now();
+      s.join(via, node_spec(st, h, rng));
+    }
+    s.run_until(
+        [&] {
+          for (std::size_t i = 0; i < s.size(); ++i)
+            if (s.alive(i) && !s.engine(i).has_state()) return false;
+          return true;
+        },
+        Time(600'000));
+    // The measurement window: every node has its state (or gave up).
+    std::vector<std::uint64_t> dht0(n), rounds0(n);
+    std::size_t rounds_before = 0, averaged_before = 0;
+    auto count_rounds = [&](std::size_t& rounds, std::size_t& averaged) {
+      rounds = averaged = 0;
+      for (std::size_t i = 0; i < s.size(); ++i)
+        for (const auto& rep : s.reports(i))
+          if (rep.kind == gossip::RoundReport::Kind::round) {
+            ++rounds;
+            averaged += !rep.local_only;
+          }
+    };
+    for (std::size_t i = 0; i < n; ++i) dht0[i] = s.dht_network().bytes_sent(i);
+    count_rounds(rounds_before, averaged_before);
+    const Time w0 = s.now();
+    s.run_for(Time(static_cast<std::int64_t>(minutes * 60'000)));
+    const double window_s = std::chrono::duration<double>(s.now() - w0).count();
+    std::size_t rounds_after = 0, averaged_after = 0;
+    count_rounds(rounds_after, averaged_after);
+    std::vector<double> kbps;
+    std::set<gossip::NodeId> live;
+    for (std::size_t i = 0; i < n; ++i)
+      if (s.alive(i)) {
+        kbps.push_back(double(s.dht_network().bytes_sent(i) - dht0[i]) / 1000.0 / window_s);
+        live.insert(s.id(i));
+      }
+    double complete = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (!s.alive(i)) continue;
+      std::size_t seen = 0;
+      for (const auto& m : s.membership(i).live(s.dht_network().now())) seen += live.count(m.id);
+      complete += double(seen) / double(live.size());
+    }
+    complete /= double(live.size());
+    double mean_kbps = 0;
+    for (double v : kbps) mean_kbps += v;
+    mean_kbps /= double(std::max<std::size_t>(kbps.size(), 1));
+    const Snapshot snap = snapshot(s);
+    const double rounds = double(rounds_after - rounds_before);
+    const double share = rounds > 0 ? double(averaged_after - averaged_before) / rounds : NAN;
+    const double per_min = rounds / double(live.size()) / (window_s / 60.0);
+    std::size_t with_state = 0;
+    for (std::size_t i = 0; i < n; ++i) with_state += s.alive(i) && s.engine(i).has_state();
+    const double wall =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+    std::printf("%6zu %8zu %9.2f %9.2f %11.2f %11.2f %8.1f%% %9.2f %8.1f%% %10.4g %8.0f\n", n,
+                with_state, quantile(join_s, 0.5), quantile(join_s, 0.95), mean_kbps,
+                quantile(kbps, 0.95), 100 * complete, per_min, 100 * share, snap.mean_loss, wall);
+    std::fflush(stdout);
+    csv.row({mode_s, std::to_string(n), std::to_string(with_state), fmt(quantile(join_s, 0.5)),
+             fmt(quantile(join_s, 0.95)), fmt(mean_kbps), fmt(quantile(kbps, 0.95)), fmt(complete),
+             fmt(per_min), fmt(share), fmt(snap.mean_loss), fmt(snap.loss_at_mean), fmt(wall, 3)});
+  }
+  std::printf("csv: %s\n", csv.path().c_str());
+  plot("scale", csv.path(), out + "/" + name + ".png");
   return 0;
 }
 

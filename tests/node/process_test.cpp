@@ -370,7 +370,12 @@ TEST(NodeProcess, DiLoCoSwarmTrainsAndGoesOnWhenAMemberIsKilled) {
   Proc n1(join_args(d, "n1", addr));
   Proc n2(join_args(d, "n2", addr));
   // A round of all three (the line names one partner "+1").
-  ASSERT_TRUE(n1.expect(std::regex(R"(diloco with [0-9a-f]{8} \+1,)"), 90s)) << n1.log();
+  if (!n1.expect(std::regex(R"(diloco with [0-9a-f]{8} \+1,)"), 90s)) {
+    // Read what the others printed meanwhile (nothing matches), so that the failure shows it.
+    n0.expect(std::regex("^$never^"), 2s);
+    n2.expect(std::regex("^$never^"), 2s);
+    FAIL() << n1.log() << "\n---- n0\n" << n0.log() << "\n---- n2\n" << n2.log();
+  }
   ASSERT_TRUE(n2.expect(std::regex("diloco with "), 60s)) << n2.log();
   n2.kill9();
   // The survivors go on: rounds averaged between the two of them (no "+1"), the loss dropping.

@@ -123,7 +123,7 @@ void expect_healthy(OuterMode mode, std::uint64_t seed) {
   for (std::size_t i = 0; i < s.size(); ++i) {
     if (!s.alive(i)) continue;
     if (round_at.count(i))
-      EXPECT_GE(s.engine(i).state().round, round_at[i] + 6) << "node " << i;
+      EXPECT_GE(s.engine(i).state().round, round_at[i] + 4) << "node " << i;
     else
       EXPECT_GE(s.rounds(i), 4u) << "joiner " << i;
     std::set<gossip::NodeId> seen;
