@@ -5,6 +5,7 @@
 #include <limits>
 #include <msgpack.hpp>
 #include <set>
+#include <span>
 
 #include <spdlog/spdlog.h>
 
@@ -89,6 +90,29 @@ transport::Hash256 order_hash(const std::string& run_id, std::uint64_t window, c
 }
 }  // namespace
 
+namespace {
+// Consecutive members (in hash order) taken k at a time; a remainder of at least half a group
+// (and two) is a group of its own, a smaller one is spread over the last groups.
+void chunk_groups(std::span<const std::pair<transport::Hash256, NodeId>> keyed, std::size_t k,
+                  std::vector<std::vector<NodeId>>& groups) {
+  const std::size_t first = groups.size();
+  std::size_t i = 0;
+  for (; i + k <= keyed.size(); i += k) {
+    groups.emplace_back();
+    for (std::size_t j = i; j < i + k; ++j) groups.back().push_back(keyed[j].second);
+  }
+  const std::size_t rest = keyed.size() - i;
+  if (rest > 0 && (groups.size() == first || (rest >= 2 && 2 * rest >= k))) {
+    groups.emplace_back();  // a remainder big enough to be a group of its own
+    for (; i < keyed.size(); ++i) groups.back().push_back(keyed[i].second);
+  }
+  for (std::size_t g = groups.size(); i < keyed.size(); ++i) {  // else spread over the last ones
+    g = g == first ? groups.size() - 1 : g - 1;
+    groups[g].push_back(keyed[i].second);
+  }
+}
+}  // namespace
+
 std::vector<std::vector<NodeId>> make_groups(const std::string& run_id, std::uint64_t window,
                                              std::vector<NodeId> ids, std::size_t group_size) {
   std::sort(ids.begin(), ids.end());
@@ -98,19 +122,26 @@ std::vector<std::vector<NodeId>> make_groups(const std::string& run_id, std::uin
   std::sort(keyed.begin(), keyed.end());
   const std::size_t k = group_size == 0 ? std::max<std::size_t>(keyed.size(), 1) : group_size;
   std::vector<std::vector<NodeId>> groups;
-  std::size_t i = 0;
-  for (; i + k <= keyed.size(); i += k) {
-    groups.emplace_back();
-    for (std::size_t j = i; j < i + k; ++j) groups.back().push_back(keyed[j].second);
+  if (group_size == 0) {
+    chunk_groups(keyed, k, groups);
+    return groups;
   }
-  const std::size_t rest = keyed.size() - i;
-  if (rest > 0 && (groups.empty() || (rest >= 2 && 2 * rest >= k))) {
-    groups.emplace_back();  // a remainder big enough to be a group of its own
-    for (; i < keyed.size(); ++i) groups.back().push_back(keyed[i].second);
-  }
-  for (std::size_t g = groups.size(); i < keyed.size(); ++i) {  // else spread over the last ones
-    g = g == 0 ? groups.size() - 1 : g - 1;
-    groups[g].push_back(keyed[i].second);
+  // Runs: the hash order is cut after every member whose hash ends in a byte ≡ 0 mod 8
+  // (content-defined, like chunking a file by its bytes), and each run is grouped on its own.
+  // Two readers whose record sets differ by one member then disagree on that member's run only
+  // (8 members on average), not on every group after it in hash order, which in a window of a
+  // thousand meant most pairs. A run is at least a group long; a tail shorter joins the last run.
+  std::size_t begin = 0;
+  while (begin < keyed.size()) {
+    std::size_t end = begin;
+    while (end < keyed.size()) {
+      const bool boundary = keyed[end].first.back() % 8 == 0;
+      ++end;
+      if (boundary && end - begin >= k) break;
+    }
+    if (keyed.size() - end < k) end = keyed.size();  // a tail too small for a group joins us
+    chunk_groups(std::span(keyed).subspan(begin, end - begin), k, groups);
+    begin = end;
   }
   return groups;
 }

@@ -89,7 +89,10 @@ dht::Key ready_key(const std::string& run_id, std::uint64_t window);
 /// The groups of a window: deterministic in (run, window, set of ids). Members in hash order,
 /// `group_size` at a time (0 = everyone in one group: DiLoCo's all-reduce); a remainder of at
 /// least half a group (and two) is a group of its own, a smaller one is spread over the last
-/// groups (so pairs leave one trio).
+/// groups (so pairs leave one trio). With a bounded group size the hash order is first cut into
+/// content-defined runs (after members whose hash ends in a byte ≡ 0 mod 8; 8 members on
+/// average) grouped run by run, so that two readers whose sets differ by one member disagree on
+/// one run only; each run of odd size has one trio.
 std::vector<std::vector<NodeId>> make_groups(const std::string& run_id, std::uint64_t window,
                                              std::vector<NodeId> ids, std::size_t group_size = 2);
 

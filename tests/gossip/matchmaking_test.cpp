@@ -2,6 +2,7 @@
 // threes, no waiting for slow nodes, no stale partners.
 #include "gossip/matchmaking.hpp"
 
+#include <map>
 #include <msgpack.hpp>
 #include <set>
 
@@ -68,6 +69,39 @@ TEST(Matchmaking, DiLoCoGroupsTakeEveryoneOrBoundedGroups) {
   }
   EXPECT_EQ(make_groups("run", 3, {id_n(1)}, 0).size(), 1u);
   EXPECT_TRUE(make_groups("run", 3, {}, 0).empty());
+}
+
+// A reader that missed one ready record of a large window must still agree with the others on
+// nearly every pair: with one hash order over everyone, every pair after the missing member
+// would shift (about half of them on average).
+TEST(Matchmaking, OneMissingRecordChangesOnlyItsRun) {
+  for (const std::size_t n : {16u, 100u, 1000u, 4000u}) {
+    std::vector<NodeId> ids;
+    for (std::size_t i = 0; i < n; ++i) ids.push_back(id_n(static_cast<int>(i + 1)));
+    const auto all = make_groups("run-b", 77, ids, 2);
+    std::map<NodeId, std::vector<NodeId>> group_of;
+    std::size_t members = 0;
+    for (const auto& g : all) {
+      EXPECT_TRUE(g.size() == 2 || g.size() == 3) << g.size();
+      members += g.size();
+      for (const auto& id : g) group_of[id] = g;
+    }
+    EXPECT_EQ(members, n);
+    std::size_t worst = 0;
+    for (std::size_t miss = 0; miss < n; miss += n / 8) {
+      auto fewer = ids;
+      fewer.erase(fewer.begin() + static_cast<std::ptrdiff_t>(miss));
+      std::size_t changed = 0;
+      for (const auto& g : make_groups("run-b", 77, fewer, 2))
+        for (const auto& id : g) changed += group_of[id] != g;
+      worst = std::max(worst, changed);
+    }
+    std::printf("n = %zu: at most %zu members change groups when one record is missing\n", n,
+                worst);
+    if (n >= 1000) {
+      EXPECT_LE(worst, 40u);  // its run (8 members on average), or two runs merged
+    }
+  }
 }
 
 TEST(Matchmaking, ReadyRecordRoundTripsAndRejectsTruncation) {
