@@ -120,12 +120,12 @@ std::vector<std::vector<NodeId>> make_groups(const std::string& run_id, std::uin
   std::vector<std::pair<transport::Hash256, NodeId>> keyed;
   for (const auto& id : ids) keyed.emplace_back(order_hash(run_id, window, id), id);
   std::sort(keyed.begin(), keyed.end());
-  const std::size_t k = group_size == 0 ? std::max<std::size_t>(keyed.size(), 1) : group_size;
   std::vector<std::vector<NodeId>> groups;
-  if (group_size == 0) {
-    chunk_groups(keyed, k, groups);
+  if (group_size == 0) {  // everyone in one group
+    chunk_groups(keyed, std::max<std::size_t>(keyed.size(), 1), groups);
     return groups;
   }
+  const std::size_t k = group_size;
   // Runs: the hash order is cut after every member whose hash ends in a byte ≡ 0 mod 8
   // (content-defined, like chunking a file by its bytes), and each run is grouped on its own.
   // Two readers whose record sets differ by one member then disagree on that member's run only
