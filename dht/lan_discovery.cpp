@@ -250,7 +250,11 @@ struct LanDiscovery::Impl {
           break;
         }
         AvahiClient* c = avahi_service_browser_get_client(b);
-        if (avahi_service_resolver_new(c, iface, proto, name, type, domain, AVAHI_PROTO_UNSPEC,
+        // The address is asked in the protocol the service was seen on: with AVAHI_PROTO_UNSPEC
+        // the IPv4 and the IPv6 announcement may both resolve to the IPv6 address (the daemon
+        // answers from its cache, in no set order), and a node that listens on IPv4 only would
+        // then never be dialed at the address it can be reached on.
+        if (avahi_service_resolver_new(c, iface, proto, name, type, domain, proto,
                                        static_cast<AvahiLookupFlags>(0), &Impl::on_resolve, self))
           ++self->pending;
         else

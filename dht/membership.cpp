@@ -35,7 +35,7 @@ Key members_key(const std::string& run_id) {
 std::vector<std::uint8_t> encode_member(const MemberInfo& m) {
   msgpack::sbuffer buf;
   msgpack::packer<msgpack::sbuffer> p(buf);
-  p.pack_array(7);
+  p.pack_array(8);
   p.pack_array(static_cast<std::uint32_t>(m.addresses.size()));
   for (const auto& a : m.addresses) p.pack(a);
   p.pack(m.run_id);
@@ -45,6 +45,7 @@ std::vector<std::uint8_t> encode_member(const MemberInfo& m) {
   p.pack_double(m.throughput);
   p.pack_bin(32);
   p.pack_bin_body(reinterpret_cast<const char*>(m.weights_hash.data()), 32);
+  p.pack_uint8(m.reach);
   const auto* d = reinterpret_cast<const std::uint8_t*>(buf.data());
   return {d, d + buf.size()};
 }
@@ -55,7 +56,8 @@ transport::Result<MemberInfo> decode_member(std::span<const std::uint8_t> value)
   if (!oh) return oh.error();
   const msgpack::object& o = oh->get();
   using T = msgpack::type::object_type;
-  if (o.type != T::ARRAY || o.via.array.size != 7) return transport::errc::malformed;
+  if (o.type != T::ARRAY || o.via.array.size < 7 || o.via.array.size > 8)
+    return transport::errc::malformed;
   const msgpack::object* a = o.via.array.ptr;
   MemberInfo m;
   if (a[0].type != T::ARRAY) return transport::errc::malformed;
@@ -78,6 +80,10 @@ transport::Result<MemberInfo> decode_member(std::span<const std::uint8_t> value)
       a[5].type == T::POSITIVE_INTEGER ? static_cast<double>(a[5].via.u64) : a[5].via.f64;
   if (!std::isfinite(m.throughput) || m.throughput < 0) return transport::errc::malformed;
   std::memcpy(m.weights_hash.data(), a[6].via.bin.ptr, 32);
+  if (o.via.array.size == 8) {
+    if (a[7].type != T::POSITIVE_INTEGER || a[7].via.u64 > 2) return transport::errc::malformed;
+    m.reach = static_cast<std::uint8_t>(a[7].via.u64);
+  }
   return m;
 }
 
@@ -119,7 +125,7 @@ void Membership::publish(Time now, std::function<void()> done) {
   next_publish_ = now + opts_.publish_every;
   // Sequence numbers grow with the clock, and always by at least one (restarts included).
   seq_ = std::max<std::uint64_t>(seq_ + 1, static_cast<std::uint64_t>(now.count()));
-  const Time expires = now + (leaving_ ? opts_.publish_every : opts_.ttl);
+  const Time expires = now + (leaving_ ? opts_.publish_every : record_ttl());
   Record r = make_record(dht_.identity(), key_, "member", seq_, expires, encode_member(self_));
   // Our own record enters our view at once (a put does not report back to us).
   merge({r}, now);
@@ -129,7 +135,7 @@ void Membership::publish(Time now, std::function<void()> done) {
 }
 
 void Membership::poll(Time now) {
-  next_poll_ = now + opts_.poll_every;
+  next_poll_ = now + poll_interval();
   if (polling_) return;  // the previous poll is still running (slow network)
   polling_ = true;
   std::weak_ptr<bool> alive = alive_;
@@ -141,7 +147,7 @@ void Membership::poll(Time now) {
         ++polls_;
         merge(std::move(g.records), dht_.now());
       },
-      GetOptions{opts_.read_quorum});
+      GetOptions{opts_.read_quorum, true});
 }
 
 void Membership::merge(std::vector<Record> records, Time now) {
@@ -175,7 +181,7 @@ void Membership::merge(std::vector<Record> records, Time now) {
     } else if (it->second.seq < m.seq) {
       const bool changed = it->second.addresses != m.addresses || it->second.round != m.round ||
                            it->second.step != m.step || it->second.status != m.status ||
-                           it->second.weights_hash != m.weights_hash;
+                           it->second.weights_hash != m.weights_hash || it->second.reach != m.reach;
       it->second = m;
       if (changed) emit(MemberEvent::updated, m);
     }

@@ -7,6 +7,7 @@
 // next_deadline(); the Asio runtime and the simulator call them.
 #pragma once
 
+#include <algorithm>
 #include <functional>
 #include <map>
 
@@ -23,12 +24,17 @@ struct MemberInfo {
   std::string status;       ///< joining, training, ready, averaging, leaving, ...
   double throughput = 0;    ///< samples per second
   std::array<std::uint8_t, 32> weights_hash{};  ///< hash of the current slow weights
+  /// Whether other nodes can open connections to this one: 0 not known (not checked yet, or
+  /// an older node), 1 yes (its addresses were dialed back by peers), 2 no (it is reached
+  /// over the connections it opens; its addresses are empty).
+  std::uint8_t reach = 0;
   Time expires{0};
   std::uint64_t seq = 0;
   friend bool operator==(const MemberInfo&, const MemberInfo&) = default;
 };
 
-/// Member record value: msgpack [addresses, run_id, round, step, status, throughput, hash].
+/// Member record value: msgpack [addresses, run_id, round, step, status, throughput, hash,
+/// reach]; a record without reach (an older node) decodes as reach 0.
 std::vector<std::uint8_t> encode_member(const MemberInfo& m);
 transport::Result<MemberInfo> decode_member(std::span<const std::uint8_t> value);
 
@@ -45,6 +51,13 @@ struct MembershipOptions {
   /// holds all of it: every record is stored on the k nearest), not from all k: a swarm of N
   /// members then moves read_quorum·N records per poll and node instead of k·N. 0 = all k.
   std::size_t read_quorum = 4;
+  /// Beyond this many members the poll interval and the TTL of our record grow in proportion
+  /// (×⌊N / scale_members⌋): every member reads the whole dictionary, so a fixed interval
+  /// would cost each holder O(N²) bytes a second; this keeps it O(N) and each member's reads
+  /// about constant (departures of crashed members are seen later in large swarms, graceful
+  /// leaves at the next poll). Polls also read from holders drawn at random among the k
+  /// nearest (GetOptions::spread). 0 = fixed intervals.
+  std::size_t scale_members = 128;
 };
 
 enum class MemberEvent { joined, updated, left };
@@ -75,8 +88,17 @@ class Membership {
   std::size_t size() const { return view_.size(); }
   const std::string& run_id() const { return run_id_; }
   std::uint64_t polls() const { return polls_; }
+  /// The current poll interval and TTL of our record (MembershipOptions::scale_members).
+  Time poll_interval() const { return opts_.poll_every * scale(); }
+  Time record_ttl() const { return opts_.ttl * scale(); }
 
  private:
+  std::int64_t scale() const {
+    return opts_.scale_members == 0
+               ? 1
+               : std::max<std::int64_t>(
+                     1, static_cast<std::int64_t>(view_.size() / opts_.scale_members));
+  }
   void publish(Time now, std::function<void()> done = {});
   void poll(Time now);
   void merge(std::vector<Record> records, Time now);

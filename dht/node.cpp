@@ -27,11 +27,14 @@ struct DhtNode::Lookup {
     St st = St::fresh;
     std::size_t hop = 1;
     std::size_t pages = 0;
+    bool values = true;  ///< spread gets: false while asked for contacts only
+    bool drawn = false;  ///< spread gets: whether to ask for records was decided
   };
   std::uint64_t id = 0;
   Key target{};
   bool values = false;
   std::size_t quorum = 0;
+  bool spread = false;
   Time deadline{0};
   std::map<Key, Cand> cands;  // by XOR distance to target: nearest first
   std::size_t inflight = 0;
@@ -331,13 +334,14 @@ void DhtNode::add_contact(const Endpoint& e, Time now, PingCallback done) {
 // Iterative lookups
 
 std::uint64_t DhtNode::start_lookup(const Key& target, bool values, Time now, std::size_t quorum,
-                                    std::function<void(Lookup&)> done) {
+                                    std::function<void(Lookup&)> done, bool spread) {
   auto l = std::make_unique<Lookup>();
   const std::uint64_t lid = next_lookup_++;
   l->id = lid;
   l->target = target;
   l->values = values;
   l->quorum = quorum;
+  l->spread = spread && values && quorum > 0 && quorum < opts_.k;
   l->deadline = now + opts_.lookup_deadline;
   l->done = std::move(done);
   for (const Contact& c : table_.closest(target, opts_.k))
@@ -362,7 +366,7 @@ void DhtNode::lookup_query(Lookup& l, const Key& dist, Time now, std::optional<C
   }
   ++l.queried;
   Message m;
-  m.type = l.values ? MsgType::find_value : MsgType::find_node;
+  m.type = l.values && c.values ? MsgType::find_value : MsgType::find_node;
   m.target = l.target;
   m.cursor = std::move(cursor);
   const std::uint64_t lid = l.id;
@@ -379,7 +383,8 @@ void DhtNode::lookup_query(Lookup& l, const Key& dist, Time now, std::optional<C
         Lookup::Cand& cand = cit->second;
         if (cand.st == Lookup::St::inflight) --l.inflight;
         cand.st = Lookup::St::done;  // (re-marked below if another page is fetched)
-        const bool expected = l.values ? r.type == MsgType::value : r.type == MsgType::nodes;
+        const bool asked_values = l.values && cand.values;
+        const bool expected = asked_values ? r.type == MsgType::value : r.type == MsgType::nodes;
         if (!expected) {
           cand.st = Lookup::St::failed;
           return lookup_step(lid, now);
@@ -410,9 +415,11 @@ void DhtNode::lookup_query(Lookup& l, const Key& dist, Time now, std::optional<C
           got = true;
           l.found[slot] = std::move(rec);
         }
-        if (got && cand.pages == 0) ++l.responders;
-        ++cand.pages;
-        if (l.values && r.cursor && cand.pages < opts_.max_pages) {
+        if (asked_values) {
+          if (got && cand.pages == 0) ++l.responders;
+          ++cand.pages;
+        }
+        if (asked_values && r.cursor && cand.pages < opts_.max_pages) {
           // More records at this node: fetch the next page before counting it done.
           return lookup_query(l, dist, now, r.cursor);
         }
@@ -452,18 +459,45 @@ void DhtNode::lookup_step(std::uint64_t lid, Time now) {
   // slot but still holds its place: the lookup ends only when each of the k closest answered
   // or failed, so one lost packet does not drop a true-closest node from the result.
   // Quorum gets end early: enough holders answered and nobody closer is still pending.
+  // Spread gets ask each of the k closest for the records with probability 2·quorum/k (for
+  // contacts only otherwise), so that the readers of a much-read key share its nearest holders
+  // instead of all reading from the nearest `quorum`; when the walk ends with fewer than
+  // `quorum` holders heard, that many of those asked for contacts only (drawn at random) are
+  // asked again for the records.
   std::size_t considered = 0;
   bool pending = false;
   for (auto& [d, c] : l.cands) {
     if (c.st == Lookup::St::failed) continue;
     if (considered++ >= opts_.k) break;
     if (c.st == Lookup::St::fresh && l.inflight < opts_.alpha) {
+      if (l.spread && !c.drawn) {
+        c.drawn = true;
+        c.values = rng_() % opts_.k < 2 * l.quorum;
+      }
       lookup_query(l, d, now, std::nullopt);
       if (l.finished) return;
     }
     if (c.st != Lookup::St::done) pending = true;
     if (l.quorum && l.responders >= l.quorum && considered >= l.quorum && !pending)
       return finish_lookup(lid);
+  }
+  if (!pending && l.spread && l.responders < l.quorum) {
+    std::vector<Lookup::Cand*> skipped;
+    std::size_t seen = 0;
+    for (auto& [d, c] : l.cands) {
+      if (c.st == Lookup::St::failed) continue;
+      if (seen++ >= opts_.k) break;
+      if (c.st == Lookup::St::done && !c.values) skipped.push_back(&c);
+    }
+    if (!skipped.empty()) {
+      std::shuffle(skipped.begin(), skipped.end(), rng_);
+      skipped.resize(std::min(skipped.size(), l.quorum - l.responders));
+      for (Lookup::Cand* c : skipped) {
+        c->values = true;
+        c->st = Lookup::St::fresh;
+      }
+      return lookup_step(lid, now);
+    }
   }
   if (!pending) finish_lookup(lid);
 }
@@ -502,13 +536,16 @@ void DhtNode::find_node(const Key& target, Time now, NodesCallback done) {
 void DhtNode::get(const Key& key, Time now, GetCallback done, GetOptions opts) {
   Entry guard(*this, now);
   const std::size_t k = opts_.k;
-  start_lookup(key, true, now, opts.quorum, [done = std::move(done), k](Lookup& l) {
-    GetResult g;
-    g.lookup = result_of(l, k);
-    g.responders = l.responders;
-    for (auto& [slot, rec] : l.found) g.records.push_back(std::move(rec));
-    if (done) done(std::move(g));
-  });
+  start_lookup(
+      key, true, now, opts.quorum,
+      [done = std::move(done), k](Lookup& l) {
+        GetResult g;
+        g.lookup = result_of(l, k);
+        g.responders = l.responders;
+        for (auto& [slot, rec] : l.found) g.records.push_back(std::move(rec));
+        if (done) done(std::move(g));
+      },
+      opts.spread);
 }
 
 // ---------------------------------------------------------------------------------------------

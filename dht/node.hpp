@@ -95,6 +95,10 @@ struct GetOptions {
   /// Stop once this many nodes returned records and no closer unqueried node is left in the
   /// top `quorum`; 0 = visit the k closest (every writer of a dictionary is seen).
   std::size_t quorum = 0;
+  /// With a quorum: read from about `quorum` holders drawn at random among the k closest
+  /// instead of the nearest ones (a key every member reads often, like the members'
+  /// dictionary, then loads all its k holders alike). Costs contact-only requests to the others.
+  bool spread = false;
 };
 
 class DhtNode {
@@ -184,7 +188,7 @@ class DhtNode {
   void rpc_failed(std::uint64_t txid, bool count_timeout);
 
   std::uint64_t start_lookup(const Key& target, bool values, Time now, std::size_t quorum,
-                             std::function<void(Lookup&)> done);
+                             std::function<void(Lookup&)> done, bool spread = false);
   void lookup_step(std::uint64_t id, Time now);
   void lookup_query(Lookup& l, const Key& dist, Time now, std::optional<Cursor> cursor);
   void lookup_settle(std::uint64_t id, const Key& dist, bool failed);

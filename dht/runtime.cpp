@@ -37,6 +37,13 @@ void DhtRuntime::start(std::string advertise) {
   });
 }
 
+void DhtRuntime::set_address(std::string address) {
+  post([self = shared_from_this(), address](DhtNode& n, Time) {
+    self->address_ = address;
+    n.set_address(address);
+  });
+}
+
 void DhtRuntime::stop() {
   asio::post(host_->executor(), [self = shared_from_this()] {
     self->stopped_ = true;

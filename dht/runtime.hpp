@@ -36,6 +36,9 @@ class DhtRuntime : public std::enable_shared_from_this<DhtRuntime> {
   /// After host->start(): learns our address (`advertise` overrides the listen address, for a
   /// node behind a port mapping or listening on 0.0.0.0) and arms the timer.
   void start(std::string advertise = {});
+  /// The address we put in our messages from now on ("" = we accept no connections: peers do
+  /// not add us to their tables, they answer over the connections we open).
+  void set_address(std::string address);
   /// Stops the timer; pending callbacks are dropped. Call before host->shutdown().
   void stop();
 

@@ -76,8 +76,31 @@ transport::Result<ReadyInfo> decode_ready(std::span<const std::uint8_t> value) {
   return r;
 }
 
-dht::Key ready_key(const std::string& run_id, std::uint64_t window) {
-  return dht::key_of("grove/run/" + run_id + "/ready/" + std::to_string(window));
+dht::Key ready_key(const std::string& run_id, std::uint64_t window, std::uint64_t bucket,
+                   std::uint64_t buckets) {
+  std::string name = "grove/run/" + run_id + "/ready/" + std::to_string(window);
+  if (buckets > 1) name += "/" + std::to_string(bucket) + "of" + std::to_string(buckets);
+  return dht::key_of(name);
+}
+
+std::size_t bucket_count(std::size_t swarm_size, const MatchOptions& o) {
+  if (o.bucket_members == 0 || o.group_size == 0 || o.same_round) return 1;
+  std::size_t b = 1;
+  while (b * 2 <= swarm_size / o.bucket_members && b < (std::size_t{1} << 20)) b *= 2;
+  return b;
+}
+
+std::uint64_t bucket_of(const std::string& run_id, std::uint64_t window, const NodeId& id,
+                        std::size_t buckets) {
+  if (buckets <= 1) return 0;
+  transport::Blake2b256 h;
+  const std::string tag = "grove-bucket-v1/" + run_id + "/" + std::to_string(window) + "/";
+  h.update({reinterpret_cast<const std::uint8_t*>(tag.data()), tag.size()});
+  h.update(id);
+  const auto d = h.final();
+  std::uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v = v << 8 | d[static_cast<std::size_t>(i)];
+  return v & (buckets - 1);
 }
 
 namespace {
@@ -202,6 +225,8 @@ void Matchmaker::publish(Time now) {
   read_at_ = close + opts_.settle;
   give_up_at_ = read_at_ + opts_.read_timeout;
   state_ = State::waiting;
+  buckets_ = bucket_count(swarm_size_, opts_);
+  bucket_ = bucket_of(run_id_, window_, dht_.id(), buckets_);
   ReadyInfo info;
   info.addresses = addresses_;
   info.run_id = run_id_;
@@ -214,15 +239,15 @@ void Matchmaker::publish(Time now) {
   info.behind = behind_;
   info.fresh = fresh_;
   // seq = window: a later window's record replaces an earlier one in our slot.
-  dht_.put_signed(ready_key(run_id_, window_), "ready", window_, close + 4 * opts_.window,
-                  encode_ready(info), now);
+  dht_.put_signed(ready_key(run_id_, window_, bucket_, buckets_), "ready", window_,
+                  close + 4 * opts_.window, encode_ready(info), now);
 }
 
 void Matchmaker::on_timer(Time now) {
   if (state_ == State::waiting && now >= read_at_) {
     state_ = State::reading;
     const std::uint64_t attempt = attempt_;
-    dht_.get(ready_key(run_id_, window_), now,
+    dht_.get(ready_key(run_id_, window_, bucket_, buckets_), now,
              [this, attempt](dht::GetResult r) { on_read(attempt, std::move(r)); });
     return;
   }
@@ -230,6 +255,7 @@ void Matchmaker::on_timer(Time now) {
     MatchResult r;
     r.window = window_;
     r.group = {dht_.id()};
+    r.buckets = buckets_;
     r.note = "the read of the ready records timed out";
     finish(std::move(r));
   }
@@ -245,6 +271,7 @@ void Matchmaker::on_read(std::uint64_t attempt, dht::GetResult res) {
   if (attempt != attempt_ || state_ != State::reading) return;
   MatchResult r;
   r.window = window_;
+  r.buckets = buckets_;
   struct Seen {
     NodeId id;
     std::uint64_t round;
@@ -264,6 +291,9 @@ void Matchmaker::on_read(std::uint64_t attempt, dht::GetResult res) {
       continue;
     const NodeId id = rec.owner_id();
     if (id != dht_.id() && live_ && !live_(id)) continue;  // stale or departed member
+    // A record stored under a bucket its owner does not land in (a member writing to several
+    // buckets to be grouped several times) is left out.
+    if (buckets_ > 1 && bucket_of(run_id_, window_, id, buckets_) != bucket_) continue;
     seen.push_back({id, info->round, info->phi_hash, info->wait_for, info->behind, info->fresh});
     ++rounds[info->round];
     highest = std::max(highest, info->round);

@@ -16,8 +16,10 @@
 // there; nobody waits longer than window + settle + read for it. For DiLoCo (same_round) only
 // members at the window's majority round are grouped; one at another round is told so. When two
 // nodes read different sets (records still spreading) their groups may disagree; the exchange then
-// finds no partner and times out to local-only. Sans-IO like Membership: it drives a DhtNode with
-// the times it is given.
+// finds no partner and times out to local-only. In a large swarm the window's records are spread
+// over buckets (MatchOptions::bucket_members): each member writes, reads and is grouped within
+// its bucket of the window, so that a read costs a bucket's records, not the swarm's. Sans-IO like
+// Membership: it drives a DhtNode with the times it is given.
 #pragma once
 
 #include <array>
@@ -55,6 +57,16 @@ struct MatchOptions {
   /// anyway), everyone is grouped whatever their round and the group averages φ as well.
   /// Only records of this kind (group or pair) are considered.
   bool same_round = false;
+  /// Pairs and bounded groups of NoLoCo (not same_round): a large swarm's ready records are
+  /// spread over buckets, about this many swarm members per bucket (0 = one bucket). Every
+  /// window each member lands in bucket BLAKE2b(run ‖ window ‖ id) mod B, where B is the largest
+  /// power of two ≤ swarm size ÷ bucket_members, writes its record under its bucket's key, reads
+  /// that key only and is grouped with the members found there. A read then costs about
+  /// bucket_members records instead of the whole swarm's, and the load of serving the window's
+  /// records is spread over B sets of holders instead of one. Partners still come from the whole
+  /// swarm over the rounds (the bucket changes every window). Two members whose views give
+  /// different B write and read different keys: each key's readers still agree on its groups.
+  std::size_t bucket_members = 64;
 };
 
 struct ReadyInfo {
@@ -84,7 +96,15 @@ struct ReadyInfo {
 /// nodes) decode with a zero hash, wait_for 0 and no flags. Decoding is bounded.
 std::vector<std::uint8_t> encode_ready(const ReadyInfo& r);
 transport::Result<ReadyInfo> decode_ready(std::span<const std::uint8_t> value);
-dht::Key ready_key(const std::string& run_id, std::uint64_t window);
+/// The key of a window's ready records in bucket `bucket` of `buckets` (one bucket: the key
+/// older nodes use, "grove/run/<run>/ready/<window>").
+dht::Key ready_key(const std::string& run_id, std::uint64_t window, std::uint64_t bucket = 0,
+                   std::uint64_t buckets = 1);
+/// The number of buckets for a swarm of `swarm_size` members (see MatchOptions::bucket_members).
+std::size_t bucket_count(std::size_t swarm_size, const MatchOptions& o);
+/// The bucket `id` lands in for a window (buckets must be a power of two).
+std::uint64_t bucket_of(const std::string& run_id, std::uint64_t window, const NodeId& id,
+                        std::size_t buckets);
 
 /// The groups of a window: deterministic in (run, window, set of ids). Members in hash order,
 /// `group_size` at a time (0 = everyone in one group: DiLoCo's all-reduce); a remainder of at
@@ -112,6 +132,7 @@ struct MatchResult {
   std::size_t wait_for = 0;        ///< same_round: the largest wait_for of the group's records
   bool behind = false;             ///< same_round: a record of the group says `behind`
   bool all_fresh = false;          ///< same_round: every record of the group says `fresh`
+  std::size_t buckets = 1;         ///< the window's ready records were spread over this many keys
 };
 
 class Matchmaker {
@@ -124,6 +145,8 @@ class Matchmaker {
   void set_live_filter(std::function<bool(const NodeId&)> f) { live_ = std::move(f); }
   /// Changes MatchOptions::patience (the node sets it from its measured round time).
   void set_patience(Time t) { opts_.patience = t; }
+  /// The swarm's size as our view has it (sets the number of buckets of the next ready()).
+  void set_swarm_size(std::size_t n) { swarm_size_ = n; }
   /// Declares us ready for `round` now; `done` runs once with the group (from on_timer or a DHT
   /// callback). A second ready() before the first finished replaces it.
   void ready(std::uint64_t round, std::vector<std::string> addresses, Time now,
@@ -150,6 +173,8 @@ class Matchmaker {
   State state_ = State::idle;
   std::uint64_t attempt_ = 0;
   std::uint64_t round_ = 0, window_ = 0;
+  std::size_t swarm_size_ = 0, buckets_ = 1;
+  std::uint64_t bucket_ = 0;
   bool average_phi_ = false;
   std::array<std::uint8_t, 32> phi_hash_{};
   std::uint32_t wait_for_ = 0;

@@ -157,6 +157,7 @@ void RoundEngine::declare_ready(Time now) {
         waited < std::min(opts_.group_wait, 3 * opts_.match.window))
       wait_for = static_cast<std::uint32_t>(view.at_round + 1);
   }
+  if (!diloco) mm.set_swarm_size(members_.live(now).size());  // sets the number of buckets
   mm.ready(state_.round, addresses_, now,
            guarded(alive_, [this](MatchResult m) { on_match(std::move(m), dht_.now()); }),
            entering_diloco_, phi_hash_, wait_for, behind, fresh);

@@ -140,6 +140,10 @@ class RoundEngine {
   void set_patience(Time t);
   /// Changes RoundOptions::group_wait (a leaving node sets 0: it does not wait for the group).
   void set_group_wait(Time t);
+  /// Our addresses for ready records and state offers from now on (empty: we accept no
+  /// connections; partners wait for ours).
+  void set_addresses(std::vector<std::string> a) { addresses_ = std::move(a); }
+  const std::vector<std::string>& addresses() const { return addresses_; }
 
   /// Requests `mode` from round `from_round` (default: our round + mode_lead); done gets the
   /// round, or errc::rejected for a round less than mode_lead ahead.

@@ -1,5 +1,7 @@
 #include "gossip/round_runtime.hpp"
 
+#include <algorithm>
+
 #include <future>
 
 #include <spdlog/spdlog.h>
@@ -111,6 +113,13 @@ void RoundRuntime::after_event() {
   if (!engine_) return;
   std::weak_ptr<RoundRuntime> weak = shared_from_this();
   for (auto& op : engine_->take_ops()) {
+    // Without addresses of our own (none, or relays only) nobody can dial us directly: open the
+    // connections to every member of the operation ourselves (members without our address wait
+    // for them: transport::Host::connect; a direct connection is kept over a relayed one).
+    const auto& ours = engine_->addresses();
+    if (std::all_of(ours.begin(), ours.end(), [](auto& a) { return a.starts_with("relay:"); }))
+      for (const auto& [id, addr] : op.addresses)
+        if (!addr.empty()) host_->connect(transport::PeerRef::node(id, addr), [](auto&&) {});
     auto p = op.make(GossipRuntime::now());
     gossip_->start(std::move(p), std::move(op.addresses), [weak](std::unique_ptr<Protocol> done) {
       auto self = weak.lock();

@@ -11,6 +11,8 @@
 #include <string_view>
 #include <utility>
 
+#include "transport/reach.hpp"
+
 namespace grove::node {
 
 namespace {
@@ -198,7 +200,16 @@ Usage:
 
 Node options (any node):
   --peer HOST:PORT        a member to join through (repeatable)
-  --listen HOST:PORT      address to listen on (default 0.0.0.0:0, a free port)
+  --listen HOST:PORT      address to listen on (default 0.0.0.0:0, a free port; [::]:PORT
+                          for IPv6 and IPv4)
+  --advertise IP:PORT     an address other nodes can dial us at, e.g. a router's port
+                          forward (repeatable; IPv4 or [IPv6]:PORT). A joining node has peers
+                          dial its addresses back: without one that works it takes part
+                          through the connections it opens, and through relays
+  --no-relay              do not relay for nodes that accept no connections (a reachable
+                          node relays for up to 16 pairs at 100 Mbit/s in all by default)
+  --no-upnp               do not ask the home router (UPnP IGD) to forward a port to us
+                          (asked by default unless --advertise is given; removed at exit)
   --state-dir DIR         identity key, checkpoints, local control address
                           (default $XDG_DATA_HOME/grove-node or ~/.local/share/grove-node)
   --swarm-key-file FILE   64 hex digits shared by the swarm; with --bootstrap a missing file is
@@ -307,6 +318,14 @@ CliOptions parse_cli(int argc, const char* const* argv) {
     } else if (a == "--bootstrap") {
       run_only();
       o.bootstrap = true;
+    } else if (a == "--advertise") {
+      run_only();
+      const auto v = value(a);
+      check_host_port(a, v);
+      if (transport::ip_of(v).empty())
+        throw CliError(a + ": expected IP:PORT or [IPv6]:PORT (an address, not a name), got '" + v +
+                       "'");
+      o.advertise.push_back(v);
     } else if (a == "--listen") {
       run_only();
       o.listen = value(a);
@@ -338,6 +357,12 @@ CliOptions parse_cli(int argc, const char* const* argv) {
     } else if (a == "--no-progress") {
       run_only();
       o.progress = false;
+    } else if (a == "--no-relay") {
+      run_only();
+      o.relay = false;
+    } else if (a == "--no-upnp") {
+      run_only();
+      o.upnp = false;
     } else if (auto it = config_options().find(a); it != config_options().end()) {
       run_only();
       it->second(o.config, a, value(a));

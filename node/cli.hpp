@@ -35,6 +35,11 @@ struct CliOptions {
   std::vector<std::string> set_keys;  ///< run config options given (for the joiner's refusal)
   std::vector<std::string> peers;     ///< HOST:PORT, in the order given
   std::string listen = "0.0.0.0:0";
+  /// --advertise IP:PORT (repeatable, IPv4 or [IPv6]): the addresses to advertise and have
+  /// checked, instead of the listen address (or the local address that routes to the peers).
+  std::vector<std::string> advertise;
+  bool relay = true;      ///< relay for nodes that accept no connections (--no-relay: false)
+  bool upnp = true;       ///< ask the home router for a port mapping (--no-upnp: false)
   std::string state_dir;  ///< empty: default_state_dir()
   std::optional<std::string> swarm_key_file;
   std::optional<std::string> run;  ///< join this run (when the swarm has several)

@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
@@ -28,10 +29,13 @@
 
 #include "gossip/round_runtime.hpp"
 #include "node/checkpoint.hpp"
+#include "node/port_mapping.hpp"
 #include "node/status.hpp"
 #include "node/workload.hpp"
 #include "transport/crypto.hpp"
 #include "transport/identity.hpp"
+#include "transport/reach.hpp"
+#include "transport/relay.hpp"
 
 namespace grove::node {
 
@@ -110,6 +114,44 @@ std::string advertise_address(const std::string& bound, const std::vector<std::s
   return ip + ":" + port;
 }
 
+std::string joined(const std::vector<std::string>& v) {
+  std::string out;
+  for (const auto& x : v) out += (out.empty() ? "" : ", ") + x;
+  return out.empty() ? "(none)" : out;
+}
+
+// The addresses a node without --advertise has checked: the one advertise_address() picked and,
+// when it listens on the IPv6 wildcard (IPv6 and IPv4), its first address of the other family
+// (a global IPv6 one, or a non-loopback IPv4 one) with the same port: a helper checks one
+// address of the other family too, and nodes that have only that family can then dial us.
+std::vector<std::string> local_candidates(const std::string& bound, const std::string& advertise) {
+  std::vector<std::string> out{advertise};
+  const auto colon = bound.rfind(':');
+  const std::string host = bound.substr(0, colon), port = bound.substr(colon + 1);
+  if (host != "::" && host != "[::]") return out;
+  const int want = advertise.starts_with("[") ? AF_INET : AF_INET6;
+  ifaddrs* ifs = nullptr;
+  if (::getifaddrs(&ifs) != 0) return out;
+  for (auto* i = ifs; i; i = i->ifa_next) {
+    if (!i->ifa_addr || i->ifa_addr->sa_family != want) continue;
+    if ((i->ifa_flags & IFF_UP) == 0 || (i->ifa_flags & IFF_LOOPBACK) != 0) continue;
+    char b[INET6_ADDRSTRLEN];
+    if (want == AF_INET6) {
+      const auto* a = reinterpret_cast<const sockaddr_in6*>(i->ifa_addr);
+      if (IN6_IS_ADDR_LINKLOCAL(&a->sin6_addr) || IN6_IS_ADDR_V4MAPPED(&a->sin6_addr)) continue;
+      if (!::inet_ntop(AF_INET6, &a->sin6_addr, b, sizeof b)) continue;
+      out.push_back("[" + std::string(b) + "]:" + port);
+    } else {
+      const auto* a = reinterpret_cast<const sockaddr_in*>(i->ifa_addr);
+      if (!::inet_ntop(AF_INET, &a->sin_addr, b, sizeof b)) continue;
+      out.push_back(std::string(b) + ":" + port);
+    }
+    break;
+  }
+  ::freeifaddrs(ifs);
+  return out;
+}
+
 std::string random_nonce() {
   std::random_device rd;
   char b[17];
@@ -175,9 +217,28 @@ struct Node::Impl {
   std::shared_ptr<gossip::RoundRuntime> round;
   std::unique_ptr<Workload> workload;
   std::optional<asio::signal_set> signals;
-  std::optional<asio::steady_timer> run_timer;  // re-publishes the run record
+  std::optional<asio::steady_timer> run_timer;    // re-publishes the run record
+  std::optional<asio::steady_timer> reach_timer;  // re-checks our reachability
   RunConfig config;
   std::string run_name, advertise;
+  // Reachability (host strand): the addresses we ask peers to dial back, the ones they reached
+  // (what we advertise), and the verdict as the member record carries it (0 not checked,
+  // 1 reachable, 2 not: we take part over the connections we open).
+  std::vector<std::string> candidates, addresses;
+  std::uint8_t reach = 0;
+  bool reach_checking = false;
+  bool recheck_soon = false;  // a candidate changed while a check was under way
+  SteadyClock::time_point last_reach_check{};
+  static constexpr std::chrono::seconds kReachRetry{11};  // helpers: one check per 10 s
+  // UPnP (node/port_mapping.hpp): the home router's mapping to us, a candidate like the others.
+  std::unique_ptr<PortMapper> upnp;
+  std::string upnp_address;  // host strand
+  // An unreachable node's relays (host strand): reachable members holding a reservation for us,
+  // the ones that refused (not asked again for a while), and the timer that renews them.
+  std::vector<std::pair<transport::NodeId, std::string>> relays;
+  std::map<transport::NodeId, SteadyClock::time_point> relay_refused;
+  std::optional<asio::steady_timer> relay_timer;
+  bool relays_busy = false;
   std::optional<Checkpoint> resume;
   bool fresh_bootstrap = false;
 
@@ -221,6 +282,17 @@ struct Node::Impl {
   void summary(SteadyClock::time_point training_since);
   void publish_run();
   void find_run();
+  void check_reach(std::function<void()> done);
+  void apply_reach(const transport::ReachCheck::Verdict& v);
+  void schedule_reach_check(std::chrono::seconds after);
+  void on_port_mapped(std::string external);
+  void maintain_relays();
+  std::vector<std::string> relay_addresses() const {
+    std::vector<std::string> v;
+    for (const auto& [id, addr] : relays) v.push_back(transport::relay_address(id, addr));
+    return v;
+  }
+  void set_addresses(std::vector<std::string> now);
   int train();
   void shutdown();
   void on_report(const gossip::RoundReport& r) {
@@ -266,7 +338,7 @@ struct Node::Impl {
     std::lock_guard lk(status_mu);
     me.status = status;
     me.run = run_name;
-    me.address = advertise;
+    me.address = addresses.empty() ? std::string() : addresses.front();
     me.step = step;
     me.round = rounds;
     me.loss = loss_ema;
@@ -396,19 +468,21 @@ void Node::Impl::serve_status() {
     g->out.push_back(my_status());
     g->left = 1;
     for (const auto& m : live) {
-      if (m.id == host->id() || m.addresses.empty()) continue;
+      if (m.id == host->id()) continue;
       ++g->left;
+      // A member without addresses accepts no connections: it answers if it has one open to us.
+      const std::string addr = m.addresses.empty() ? std::string() : m.addresses.front();
       MemberStatus fallback;
       fallback.node = transport::to_hex(m.id).substr(0, 16);
-      fallback.address = m.addresses.front();
+      fallback.address = addr;
       fallback.status = "unreachable";
       fallback.run = m.run_id;
       fallback.step = m.step;
       fallback.round = m.round;
       fallback.tokens_per_s = m.throughput;
       fallback.reachable = false;
-      host->request(transport::PeerRef::node(m.id, m.addresses.front()), "status",
-                    transport::Bytes(), transport::Duration(3000),
+      host->request(transport::PeerRef::node(m.id, addr), "status", transport::Bytes(),
+                    transport::Duration(3000),
                     [g, fallback](transport::Result<transport::Payload> res) {
                       std::optional<std::vector<MemberStatus>> got;
                       if (res) got = decode_status(res->bytes(), nullptr);
@@ -498,6 +572,7 @@ void Node::Impl::start() {
   transport::HostOptions ho;
   ho.listen = o.listen;
   ho.swarm_key = swarm_key;
+  ho.relay.serve = o.relay;
   if (o.emulate_link) {
     transport::FaultConfig fc;
     fc.latency = transport::Duration(o.emulate_link->rtt_ms / 2);
@@ -512,13 +587,19 @@ void Node::Impl::start() {
   dht = dht::DhtRuntime::create(host, dht::DhtOptions{}, seed_of(host->id()));
   gossip = gossip::GossipRuntime::create(host);
   gossip::serve_state(*host, server);
+  transport::serve_reach_checks(*host);
   me.node = transport::to_hex(host->id()).substr(0, 16);
   me.status = "starting";
   serve_status();
   serve_requests();
   on_strand(host->executor(), [&] { host->start(); });
   advertise = advertise_address(host->address(), o.peers);
-  dht->start(advertise);
+  candidates = o.advertise.empty() ? local_candidates(host->address(), advertise) : o.advertise;
+  addresses = candidates;
+  dht->start(candidates.front());
+  // A joining node is a DHT client (not handed out as a contact) until peers have dialed its
+  // addresses back; the first node of a swarm has nobody to ask and advertises them as they are.
+  if (!o.bootstrap) dht->set_address("");
   {
     // `grove-node status` on this machine finds the node here.
     const std::string a = advertise + "\n";
@@ -531,6 +612,16 @@ void Node::Impl::start() {
                       ? transport::to_hex(transport::blake2b_256(swarm_key->bytes)).substr(0, 8)
                       : std::string("open"));
   dht->start_lan_discovery(lan_name);
+  // A home router may forward a port to us (UPnP IGD): its address becomes a candidate, checked
+  // like the others. Not with --advertise (the user has said where we are) or on loopback.
+  if (const auto colon = host->address().rfind(':');
+      o.upnp && o.advertise.empty() && colon != std::string::npos &&
+      !host->address().starts_with("127.") && !host->address().starts_with("[::1]")) {
+    PortMappingOptions pm;
+    pm.port = static_cast<std::uint16_t>(std::stoul(host->address().substr(colon + 1)));
+    upnp = PortMapper::start(host->executor(), pm,
+                             [this](std::string ext) { on_port_mapped(std::move(ext)); });
+  }
 
   if (!o.peers.empty()) {
     std::promise<std::size_t> p;
@@ -557,6 +648,18 @@ void Node::Impl::start() {
   // and refreshes it while it runs.
   run_timer.emplace(io);
   publish_run();
+  reach_timer.emplace(io);
+  relay_timer.emplace(io);
+  if (!o.bootstrap) {
+    // Can other nodes connect to us? Asked before we advertise anything to the run.
+    std::promise<void> p;
+    auto f = p.get_future();
+    asio::post(host->executor(), [this, &p] { check_reach([&p] { p.set_value(); }); });
+    if (f.wait_for(15s) != std::future_status::ready)
+      throw ConfigError("the reachability check did not end (internal error)");
+  } else {
+    schedule_reach_check(10s);  // once others have joined
+  }
 
   WorkloadSpec spec;
   spec.config = config;
@@ -566,14 +669,23 @@ void Node::Impl::start() {
   workload = make_workload(spec);
 
   dht::MemberInfo self;
-  self.addresses = {advertise};
+  const auto [self_addresses, self_reach] =
+      on_strand(host->executor(), [&] { return std::make_pair(addresses, reach); });
+  self.addresses = self_addresses;
+  self.reach = self_reach;
   self.run_id = run_name;
   self.status = "joining";
   members = dht->join(run_name, dht::MembershipOptions{}, self);
-  round = gossip::RoundRuntime::create(host, dht, gossip, members, server, run_name, {advertise},
+  round = gossip::RoundRuntime::create(host, dht, gossip, members, server, run_name, self_addresses,
                                        round_options(config, o.threads),
                                        [this](const gossip::RoundReport& r) { on_report(r); });
   stack_ready = true;
+  // A re-check that ended while the stack was being built changed only `addresses`: catch up.
+  asio::post(host->executor(), [this] {
+    if (reach == 2) maintain_relays();  // nodes that cannot dial us need a relay
+    if (members->self().addresses == addresses && members->self().reach == reach) return;
+    set_addresses(addresses);
+  });
   signals.emplace(io, SIGINT, SIGTERM);
   signals->async_wait([this](const boost::system::error_code& e, int sig) {
     if (e) return;
@@ -585,6 +697,199 @@ void Node::Impl::start() {
     });
     stopping = true;
     cv.notify_all();
+  });
+}
+
+// Asks up to four peers we are connected to to dial our candidate addresses back (8 s), then
+// applies what they found. Host strand.
+void Node::Impl::check_reach(std::function<void()> done) {
+  if (reach_checking || stopping) {
+    if (done) done();
+    return;
+  }
+  std::vector<transport::PeerInfo> helpers;
+  for (const auto& p : host->peers())
+    if (std::none_of(helpers.begin(), helpers.end(), [&](auto& h) { return h.id == p.id; }))
+      helpers.push_back(p);
+  std::shuffle(helpers.begin(), helpers.end(), std::mt19937_64(seed_of(host->id()) + step));
+  if (helpers.size() > 4) helpers.resize(4);
+  if (helpers.empty()) {
+    spdlog::info("reach: no peer to check our addresses with yet; advertising {}",
+                 joined(candidates));
+    schedule_reach_check(10s);
+    apply_reach({});
+    if (done) done();
+    return;
+  }
+  reach_checking = true;
+  last_reach_check = SteadyClock::now();
+  auto check = std::make_shared<transport::ReachCheck>(candidates);
+  auto left = std::make_shared<std::size_t>(helpers.size());
+  transport::ReachRequest req;
+  req.addresses = candidates;
+  if (req.addresses.size() > transport::kReachMaxAddresses)
+    req.addresses.resize(transport::kReachMaxAddresses);
+  const auto body = transport::encode_reach_request(req);
+  for (const auto& h : helpers) {
+    host->request(transport::PeerRef::node(h.id), transport::kReachMethod,
+                  transport::Bytes::copy_of(body), transport::Duration(8000),
+                  [this, check, left, id = h.id, done](transport::Result<transport::Payload> r) {
+                    std::optional<transport::ReachReply> rep;
+                    if (r) {
+                      if (auto d = transport::decode_reach_reply(r->bytes())) rep = *d;
+                    }
+                    if (rep) {
+                      check->on_reply(id, *rep);
+                    } else {
+                      spdlog::debug("reach: {} could not check us: {}", transport::short_id(id),
+                                    r ? "malformed reply" : r.error().message());
+                      check->on_failure(id);
+                    }
+                    if (--*left > 0) return;
+                    reach_checking = false;
+                    const auto v = check->verdict();
+                    apply_reach(v);
+                    // A helper answers one check per requester per 10 s: the next one after
+                    // that when a candidate changed meanwhile or nobody could check us.
+                    schedule_reach_check(
+                        recheck_soon || v.helpers == 0 ? kReachRetry : std::chrono::seconds(600));
+                    recheck_soon = false;
+                    if (done) done();
+                  });
+  }
+}
+
+// Host strand. No helper answered: keep what we advertise. Otherwise advertise the addresses
+// that were reached, or none (other nodes then reach us over the connections we open).
+void Node::Impl::apply_reach(const transport::ReachCheck::Verdict& v) {
+  // Nobody could check us (asked again too soon, or gone) after a verdict: it stands.
+  if (v.helpers == 0 && reach != 0) return;
+  std::vector<std::string> now = candidates;
+  std::uint8_t r = 0;
+  if (v.helpers > 0) {
+    now = v.verified;
+    r = v.reachable() ? 1 : 2;
+  }
+  const bool changed = now != addresses || r != reach;
+  if (v.helpers > 0 && (changed || reach == 0)) {
+    if (v.reachable())
+      spdlog::info("reach: reachable at {} ({} peer(s) dialed us back)", joined(now), v.helpers);
+    else
+      spdlog::warn(
+          "reach: {} peer(s) could not dial us at {}{}: taking part over the connections we "
+          "open (a port forward and --advertise IP:PORT make this node reachable)",
+          v.helpers, joined(candidates),
+          v.observed ? " (they see us at " + *v.observed + ")" : std::string());
+  }
+  reach = r;
+  dht->set_address(r == 2 || now.empty() ? std::string() : now.front());
+  // Nodes behind relays dial us back at addresses that others have reached (connection reversal).
+  host->set_dialback_addresses(r == 1 ? now : std::vector<std::string>{});
+  if (r == 2) {
+    // Keep the relay addresses we have while the verdict stays the same.
+    if (changed) relays.clear();
+    now = relay_addresses();
+    if (stack_ready) maintain_relays();
+  }
+  if (changed || now != addresses) set_addresses(now);
+}
+
+// Host strand: what we advertise from now on (member record, ready records, state offers).
+void Node::Impl::set_addresses(std::vector<std::string> now) {
+  addresses = std::move(now);
+  if (!stack_ready) return;  // the stack is built with them (and caught up after)
+  auto self = members->self();
+  self.addresses = addresses;
+  self.reach = reach;
+  members->set_self(self);
+  round->with_engine([a = addresses](gossip::RoundEngine& e) { e.set_addresses(a); });
+}
+
+// Host strand, every 15 s while we accept no connections (5 s while we have none): keep
+// reservations at two reachable members, so that nodes which cannot dial us either (or that have no
+// connection with us yet) reach us through them. Renewing also keeps those sessions busy (idle ones
+// are closed).
+void Node::Impl::maintain_relays() {
+  relay_timer->expires_after(relays.empty() ? 5s : 15s);
+  relay_timer->async_wait([this](const boost::system::error_code& e) {
+    if (!e && !stopping) asio::post(host->executor(), [this] { maintain_relays(); });
+  });
+  if (reach != 2 || relays_busy || stopping) return;
+  const auto now = SteadyClock::now();
+  std::vector<std::pair<transport::NodeId, std::string>> pick = relays;
+  std::vector<dht::MemberInfo> others;
+  for (const auto& m : members->live(dht::DhtRuntime::wall_now()))
+    if (m.id != host->id() && m.reach != 2 && !m.addresses.empty() &&
+        !m.addresses.front().starts_with("relay:") &&
+        std::none_of(pick.begin(), pick.end(), [&](auto& p) { return p.first == m.id; }) &&
+        !(relay_refused.contains(m.id) && now - relay_refused[m.id] < std::chrono::minutes(5)))
+      others.push_back(m);
+  // Members whose addresses were checked first, then those not checked yet (the first node of
+  // a swarm, until it has peers to ask).
+  std::shuffle(others.begin(), others.end(), std::mt19937_64(seed_of(host->id()) + step));
+  std::stable_partition(others.begin(), others.end(), [](auto& m) { return m.reach == 1; });
+  for (const auto& m : others) {
+    if (pick.size() >= 2) break;
+    pick.emplace_back(m.id, m.addresses.front());
+  }
+  if (pick.empty()) return;
+  relays_busy = true;
+  struct Round {
+    std::vector<std::pair<transport::NodeId, std::string>> ok;
+    std::size_t left = 0;
+  };
+  auto r = std::make_shared<Round>();
+  r->left = pick.size();
+  for (const auto& relay : pick) {
+    const transport::NodeId id = relay.first;
+    const std::string addr = relay.second;
+    host->reserve_relay(transport::PeerRef::node(id, addr), [this, r, id,
+                                                             addr](std::error_code ec) {
+      if (!ec) {
+        r->ok.emplace_back(id, addr);
+      } else {
+        spdlog::debug("reach: {} does not relay for us: {}", transport::short_id(id), ec.message());
+        relay_refused[id] = SteadyClock::now();
+      }
+      if (--r->left > 0) return;
+      relays_busy = false;
+      std::sort(r->ok.begin(), r->ok.end());
+      auto before = relays;
+      std::sort(before.begin(), before.end());
+      relays = r->ok;
+      if (reach != 2 || relays == before) return;
+      const auto now = relay_addresses();
+      spdlog::info("reach: reachable through {} relay(s): {}", relays.size(), joined(now));
+      set_addresses(now);
+    });
+  }
+}
+
+// Host strand: the router mapped a port to us ("ip:port") or the mapping was lost (""). The
+// candidates change; peers are asked to check them now (or right after a check under way).
+void Node::Impl::on_port_mapped(std::string external) {
+  if (stopping) return;
+  std::erase(candidates, upnp_address);
+  upnp_address = std::move(external);
+  if (!upnp_address.empty() &&
+      std::find(candidates.begin(), candidates.end(), upnp_address) == candidates.end())
+    candidates.insert(candidates.begin(), upnp_address);
+  if (reach_checking) {
+    recheck_soon = true;
+    return;
+  }
+  // Helpers answer one check per requester per 10 s.
+  const auto since = SteadyClock::now() - last_reach_check;
+  if (since < kReachRetry)
+    return schedule_reach_check(std::chrono::ceil<std::chrono::seconds>(kReachRetry - since));
+  check_reach({});
+}
+
+void Node::Impl::schedule_reach_check(std::chrono::seconds after) {
+  reach_timer->expires_after(after);
+  reach_timer->async_wait([this](const boost::system::error_code& e) {
+    if (e || stopping) return;
+    asio::post(host->executor(), [this] { check_reach({}); });
   });
 }
 
@@ -984,15 +1289,29 @@ void Node::Impl::summary(SteadyClock::time_point training_since) {
               eval_s);
   std::printf("  memory    peak %.0f MB resident; parameters %.1f MB\n", peak / 1e6,
               param_bytes / 1e6);
+  const auto [hs, rs, r] = on_strand(
+      host->executor(), [&] { return std::make_tuple(host->stats(), host->relay_stats(), reach); });
+  std::printf(
+      "  network   %s; %llu connection(s) dialed back at our request; relayed for others: %llu "
+      "circuit(s), %llu dial-back(s) passed on\n",
+      r == 1   ? "reachable"
+      : r == 2 ? "not reachable (through relays)"
+               : "reachability unchecked",
+      static_cast<unsigned long long>(hs.dialbacks),
+      static_cast<unsigned long long>(rs.circuits_total),
+      static_cast<unsigned long long>(rs.reversals));
   std::fflush(stdout);
 }
 
 void Node::Impl::shutdown() {
   stop_checkpoint_writer();
+  upnp.reset();  // removes the router's mapping
   if (!io_thread.joinable()) return;
   if (dht) dht->stop();
   if (signals) asio::post(io, [this] { signals->cancel(); });
   if (run_timer) asio::post(io, [this] { run_timer->cancel(); });
+  if (reach_timer) asio::post(io, [this] { reach_timer->cancel(); });
+  if (relay_timer) asio::post(io, [this] { relay_timer->cancel(); });
   if (host) host->shutdown();
   transport::quiesce_worker_pool();
   work.reset();

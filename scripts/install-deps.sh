@@ -11,6 +11,9 @@ packages=(
   libtorch-dev libopenblas0-pthread # OpenBLAS: ~11x faster libtorch CPU training than reference BLAS
   python3-torch                     # reference checks and the Gloo baseline (/usr/bin/python3)
   avahi-daemon dbus-daemon          # LAN discovery tests run a private daemon pair
+  libminiupnpc-dev                  # UPnP IGD port mapping on home routers
+  nftables                          # the NAT tests: routers that masquerade, in namespaces
+  miniupnpd-nftables                # the NAT tests: a home router that maps ports over UPnP
   git
 )
 

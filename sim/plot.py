@@ -86,8 +86,15 @@ def main():
                  True)
     elif kind == "scale":
         fig, axes = plt.subplots(1, 3, figsize=(15, 4.8))
-        lines_by(data, axes[0], "nodes", "dht_kBps_mean", "series", "nodes N",
-                 "control plane per node, mean (kB/s)")
+        for col, label in (("dht_kBps_mean", "mean"), ("dht_kBps_p95", "p95"),
+                           ("dht_kBps_max", "busiest node")):
+            pts = sorted((num(r["nodes"]), num(r[col])) for r in data if col in r)
+            axes[0].plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=label)
+        axes[0].set_xlabel("nodes N")
+        axes[0].set_ylabel("DHT bytes sent per node (kB/s)")
+        axes[0].set_yscale("log")
+        axes[0].grid(True, alpha=0.3)
+        axes[0].legend(fontsize=8)
         lines_by(data, axes[1], "nodes", "join_p95_s", "series", "nodes N",
                  "join to state, p95 (s)")
         lines_by(data, axes[2], "nodes", "averaged_share", "series", "nodes N",

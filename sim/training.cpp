@@ -17,9 +17,11 @@
 // Inner steps take --step-ms of virtual time, ±20% per node (heterogeneous machines); links are
 // the world model (regions, cloud/lab/home lines, 0.1% loss) unless --rtt-ms is given.
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <set>
 #include <stdexcept>
 
@@ -284,6 +286,25 @@ int run_churn(const Args& a, const std::string& out) {
 }
 
 namespace {
+// A round report's note with its numbers and node ids left out, so that notes of one kind count
+// together ("a1b2c3d4: no reply within 10 s" and "e5f6a7b8: no reply within 10 s" are one reason).
+std::string reason_of(const std::string& note) {
+  std::string out;
+  for (std::size_t i = 0; i < note.size();) {
+    std::size_t j = i;
+    while (j < note.size() && std::isxdigit(static_cast<unsigned char>(note[j]))) ++j;
+    const bool word_edge = (i == 0 || !std::isalpha(static_cast<unsigned char>(note[i - 1]))) &&
+                           (j == note.size() || !std::isalpha(static_cast<unsigned char>(note[j])));
+    if (j > i && word_edge && (j - i >= 6 || std::isdigit(static_cast<unsigned char>(note[i])))) {
+      out += '#';
+      i = j;
+    } else {
+      out += note[i++];
+    }
+  }
+  return out.empty() ? "(no note)" : out;
+}
+
 double quantile(std::vector<double> v, double q) {
   if (v.empty()) return NAN;
   std::sort(v.begin(), v.end());
@@ -310,13 +331,13 @@ int run_scale(const Args& a, const std::string& out) {
       "scale: %s, H = %u, nodes join over %.1f min then train %.1f min, %s links, quadratic\n",
       mode_s.c_str(), h, join_minutes, minutes, st.rtt_ms > 0 ? "uniform" : "world-model");
   const std::string name = mode == OuterMode::diloco ? "scale_diloco" : "scale";
-  Csv csv(
-      out + "/" + name + ".csv",
-      {"series", "nodes", "with_state", "join_p50_s", "join_p95_s", "dht_kBps_mean", "dht_kBps_p95",
-       "view_complete", "rounds_per_min", "averaged_share", "mean_loss", "loss_at_mean", "wall_s"});
-  std::printf("%6s %8s %9s %9s %11s %11s %9s %9s %9s %10s %8s\n", "N", "state", "join p50",
-              "join p95", "DHT kB/s", "p95 kB/s", "views", "rnd/min", "averaged", "mean loss",
-              "wall s");
+  Csv csv(out + "/" + name + ".csv",
+          {"series", "nodes", "with_state", "join_p50_s", "join_p95_s", "dht_kBps_mean",
+           "dht_kBps_p95", "dht_kBps_max", "view_complete", "rounds_per_min", "averaged_share",
+           "mean_loss", "loss_at_mean", "wall_s"});
+  std::printf("%6s %8s %9s %9s %11s %11s %11s %9s %9s %9s %10s %8s\n", "N", "state", "join p50",
+              "join p95", "DHT kB/s", "p95 kB/s", "max kB/s", "views", "rnd/min", "averaged",
+              "mean loss", "wall s");
   for (double nd : ns) {
     const auto n = static_cast<std::size_t>(nd);
     const auto wall0 = std::chrono::steady_clock::now();
@@ -350,7 +371,9 @@ int run_scale(const Args& a, const std::string& out) {
         },
         Time(600'000));
     // The measurement window: every node has its state (or gave up).
-    std::vector<std::uint64_t> dht0(n), rounds0(n);
+    std::vector<std::uint64_t> dht0(n);
+    std::vector<std::size_t> reports0(n);
+    for (std::size_t i = 0; i < n; ++i) reports0[i] = s.reports(i).size();
     std::size_t rounds_before = 0, averaged_before = 0;
     auto count_rounds = [&](std::size_t& rounds, std::size_t& averaged) {
       rounds = averaged = 0;
@@ -394,13 +417,28 @@ int run_scale(const Args& a, const std::string& out) {
     for (std::size_t i = 0; i < n; ++i) with_state += s.alive(i) && s.engine(i).has_state();
     const double wall =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
-    std::printf("%6zu %8zu %9.2f %9.2f %11.2f %11.2f %8.1f%% %9.2f %8.1f%% %10.4g %8.0f\n", n,
-                with_state, quantile(join_s, 0.5), quantile(join_s, 0.95), mean_kbps,
-                quantile(kbps, 0.95), 100 * complete, per_min, 100 * share, snap.mean_loss, wall);
+    std::printf("%6zu %8zu %9.2f %9.2f %11.2f %11.2f %11.2f %8.1f%% %9.2f %8.1f%% %10.4g %8.0f\n",
+                n, with_state, quantile(join_s, 0.5), quantile(join_s, 0.95), mean_kbps,
+                quantile(kbps, 0.95), quantile(kbps, 1.0), 100 * complete, per_min, 100 * share,
+                snap.mean_loss, wall);
+    // Why rounds of the measurement window were local-only: the most frequent reasons.
+    std::map<std::string, std::size_t> why;
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto& reps = s.reports(i);
+      for (std::size_t j = reports0[i]; j < reps.size(); ++j)
+        if (reps[j].kind == gossip::RoundReport::Kind::round && reps[j].local_only)
+          ++why[reason_of(reps[j].note)];
+    }
+    std::vector<std::pair<std::size_t, std::string>> top;
+    for (auto& [reason, count] : why) top.emplace_back(count, reason);
+    std::sort(top.rbegin(), top.rend());
+    for (std::size_t j = 0; j < std::min<std::size_t>(top.size(), 4); ++j)
+      std::printf("        local-only %6zu: %.150s\n", top[j].first, top[j].second.c_str());
     std::fflush(stdout);
     csv.row({mode_s, std::to_string(n), std::to_string(with_state), fmt(quantile(join_s, 0.5)),
-             fmt(quantile(join_s, 0.95)), fmt(mean_kbps), fmt(quantile(kbps, 0.95)), fmt(complete),
-             fmt(per_min), fmt(share), fmt(snap.mean_loss), fmt(snap.loss_at_mean), fmt(wall, 3)});
+             fmt(quantile(join_s, 0.95)), fmt(mean_kbps), fmt(quantile(kbps, 0.95)),
+             fmt(quantile(kbps, 1.0)), fmt(complete), fmt(per_min), fmt(share), fmt(snap.mean_loss),
+             fmt(snap.loss_at_mean), fmt(wall, 3)});
   }
   std::printf("csv: %s\n", csv.path().c_str());
   plot("scale", csv.path(), out + "/" + name + ".png");

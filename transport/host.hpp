@@ -13,10 +13,12 @@
 #include <set>
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/thread_pool.hpp>
 
 #include "transport/faulty_link.hpp"
 #include "transport/mem_link.hpp"
+#include "transport/relay.hpp"
 #include "transport/session.hpp"
 
 namespace grove::transport {
@@ -50,6 +52,10 @@ struct HostOptions {
   Duration duplicate_grace{2000};
   LinkLimits link;
   SessionOptions session;
+  RelayOptions relay;  ///< TCP hosts relay for nodes that accept no connections (relay.hpp)
+  /// Connection reversal (relay.hpp): how long a dial through a relay waits for the unreachable
+  /// node to dial us back before it opens a relayed circuit instead.
+  Duration dialback_wait{4000};
   std::shared_ptr<FaultPlan> faults;        ///< test knob: wrap every link in a FaultyLink
   std::shared_ptr<MemNetwork> mem_network;  ///< test knob: in-memory links instead of TCP
 };
@@ -60,6 +66,7 @@ struct HostStats {
   std::uint64_t bytes_sent = 0, bytes_received = 0;
   std::uint64_t handshakes_ok = 0, dials_failed = 0;
   std::uint64_t duplicate_sessions = 0;  ///< second sessions with a peer (simultaneous dials)
+  std::uint64_t dialbacks = 0;  ///< direct sessions an unreachable node opened at our request
 };
 
 class Host;
@@ -110,8 +117,22 @@ class Host final : public SessionOwner, public std::enable_shared_from_this<Host
   /// Streams `source` to the peer; done(ok) once the peer confirmed every byte.
   void send_stream(const PeerRef& to, const std::string& kind, Bytes meta,
                    std::shared_ptr<StreamSource> source, StreamDone done);
-  /// Connects (or reuses a session) and reports who answered.
+  /// Connects (or reuses a session) and reports who answered. A PeerRef with an id and no
+  /// address (a node that accepts no connections) is not dialed: every operation on it waits,
+  /// until its deadline, for that node to connect to us (then fails with unreachable).
   void connect(const PeerRef& to, std::function<void(Result<PeerInfo>)> done);
+  /// Dial-back check: proves that the node listening at `address` is `expected` over a fresh
+  /// connection of its own (never a session we already have), without opening a session.
+  void probe(const std::string& address, const NodeId& expected, Duration timeout,
+             std::function<void(std::error_code)> done);
+  /// Reserves a slot at a relay (a reachable node; `relay` must name its id): it then passes on
+  /// circuits to us, and others reach us at relay_address(relay id, its address) while our
+  /// session with it stays open.
+  void reserve_relay(const PeerRef& relay, std::function<void(std::error_code)> done);
+  /// Addresses at which others have dialed us (reachability checked; transport/reach.hpp). When
+  /// set, a dial through a relay first asks the unreachable node to dial us back at one of them
+  /// (connection reversal); empty (the default) = always a relayed circuit.
+  void set_dialback_addresses(std::vector<std::string> addresses);
   /// Closes every session with this peer gracefully.
   void disconnect(const NodeId& peer);
   /// Stops accepting, says goodbye to every peer; new operations fail with shutting_down.
@@ -119,6 +140,7 @@ class Host final : public SessionOwner, public std::enable_shared_from_this<Host
 
   /// Snapshot (call on the strand, or after the io_context stopped).
   HostStats stats() const;
+  RelayStats relay_stats() const;  ///< on the strand
   std::vector<PeerInfo> peers() const;
 
   // SessionOwner
@@ -134,6 +156,16 @@ class Host final : public SessionOwner, public std::enable_shared_from_this<Host
                     std::function<void(Result<SessionPtr>)> cb);
   SessionPtr add_session(std::shared_ptr<Link> link);
   SessionPtr find_session(const PeerRef& to) const;
+  void serve_relay();
+  void relay_dial(const PeerRef& to, Clock::time_point deadline);
+  void relay_circuit(const std::string& addr, const NodeId& relay, const std::string& relay_addr,
+                     const NodeId& target, Clock::time_point deadline);
+  void dial_back(const NodeId& node, std::vector<std::string> addresses, std::size_t i);
+  /// Waits (until `deadline`) for a session with `id` that the peer opens.
+  void await_inbound(const NodeId& id, Clock::time_point deadline,
+                     std::function<void(Result<SessionPtr>)> cb);
+  void dialed(const std::string& addr, Result<std::shared_ptr<Link>> r);
+  void finish_dial(const std::string& addr, Result<SessionPtr> r);
 
   boost::asio::any_io_executor strand_;
   Identity identity_;
@@ -150,6 +182,20 @@ class Host final : public SessionOwner, public std::enable_shared_from_this<Host
   std::map<NodeId, std::weak_ptr<Session>> by_id_;
   std::map<std::string, std::weak_ptr<Session>> by_addr_;
   std::map<std::string, std::vector<std::function<void(Result<SessionPtr>)>>> dialing_;
+  struct Awaiting {
+    std::uint64_t key;
+    std::function<void(Result<SessionPtr>)> cb;
+    std::shared_ptr<boost::asio::steady_timer> timer;
+  };
+  static constexpr std::size_t kMaxAwaiting = 4096;
+  std::map<NodeId, std::vector<Awaiting>> awaiting_;  ///< operations waiting for an inbound session
+  std::size_t awaiting_count_ = 0;
+  std::shared_ptr<RelayServer> relay_;  ///< when we relay for others
+  std::set<NodeId> reserved_at_;        ///< relays that pass circuits on to us
+  static constexpr std::size_t kMaxRelayedDials = 16;
+  std::size_t relayed_dials_ = 0;  ///< relayed connections we are opening at a relay's word
+  std::vector<std::string> dialback_addresses_;  ///< set_dialback_addresses
+  std::uint64_t await_seq_ = 0;
   HostStats counters_;
   std::uint64_t closed_bytes_sent_ = 0, closed_bytes_received_ = 0;
 };

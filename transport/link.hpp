@@ -29,7 +29,8 @@ struct PeerInfo {
   PublicKey key{};
   std::string address;  ///< remote address as seen by us ("host:port" or "mem:N")
   bool inbound = false;
-  std::string suite;  ///< AEAD suite name, or "none" for in-memory links
+  bool relayed = false;  ///< a connection spliced by a relay (transport/relay.hpp)
+  std::string suite;     ///< AEAD suite name, or "none" for in-memory links
 };
 
 class LinkHandler {
@@ -97,6 +98,11 @@ class Connector {
   /// Dials and authenticates; `expected` makes a different peer identity fail with wrong_peer.
   virtual void dial(const std::string& address, std::optional<NodeId> expected, Duration timeout,
                     std::function<void(Result<LinkPtr>)> done) = 0;
+  /// A dial-back check: connects to `address` and proves that the node listening there is
+  /// `expected` (its part of the handshake), then closes without opening a session (the
+  /// listener sees a handshake that was not finished). wrong_peer, unreachable, timed_out.
+  virtual void probe(const std::string& address, const NodeId& expected, Duration timeout,
+                     std::function<void(std::error_code)> done) = 0;
   /// Stops accepting and aborts pending dials/handshakes.
   virtual void close() = 0;
 };

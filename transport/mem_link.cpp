@@ -125,6 +125,15 @@ void MemConnector::dial(const std::string& address, std::optional<NodeId> expect
   });
 }
 
+void MemConnector::probe(const std::string& address, const NodeId& expected, Duration /*timeout*/,
+                         std::function<void(std::error_code)> done) {
+  auto l = net_->find(address);
+  const std::error_code ec = !l                       ? make_error_code(errc::unreachable)
+                             : expected != l->self.id ? make_error_code(errc::wrong_peer)
+                                                      : std::error_code{};
+  asio::post(ex_, [done, ec] { done(ec); });
+}
+
 void MemConnector::close() {
   if (!address_.empty()) net_->remove_listener(address_);
   address_.clear();

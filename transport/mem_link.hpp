@@ -70,6 +70,8 @@ class MemConnector final : public Connector {
                      std::function<void(LinkPtr)> on_link) override;
   void dial(const std::string& address, std::optional<NodeId> expected, Duration timeout,
             std::function<void(Result<LinkPtr>)> done) override;
+  void probe(const std::string& address, const NodeId& expected, Duration timeout,
+             std::function<void(std::error_code)> done) override;
   void close() override;
 
  private:

@@ -314,13 +314,22 @@ void TcpLink::fail(std::error_code ec) {
 
 class TcpConnector::HandshakeOp : public std::enable_shared_from_this<HandshakeOp> {
  public:
+  /// `probe`: an initiator that stops once the responder has proven its identity (message 2)
+  /// and never sends message 3, so the responder opens no session (a dial-back check).
   HandshakeOp(tcp::socket sock, Handshake::Role role, HandshakeConfig cfg,
-              std::function<void(Result<std::pair<tcp::socket, SessionKeys>>)> done)
+              std::function<void(Result<std::pair<tcp::socket, SessionKeys>>)> done,
+              bool probe = false)
       : sock_(std::move(sock)),
         timer_(sock_.get_executor()),
         hs_(role, std::move(cfg)),
         role_(role),
+        probe_(probe),
         done_(std::move(done)) {}
+  /// Responder on our listener: a first message that is a relay preamble hands the socket to
+  /// `hook` (this node relays) instead of running the handshake; done() then gets cancelled.
+  void set_relay_hook(std::function<void(tcp::socket, RelayToken)> hook) {
+    relay_hook_ = std::move(hook);
+  }
 
   void start(Clock::time_point deadline) {
     timer_.expires_at(deadline);
@@ -368,8 +377,17 @@ class TcpConnector::HandshakeOp : public std::enable_shared_from_this<HandshakeO
   }
 
   void on_message() {
+    if (relay_hook_ && !got_first_)
+      if (auto token = parse_relay_preamble(in_)) {
+        finished_ = true;
+        timer_.cancel();
+        relay_hook_(std::move(sock_), *token);
+        return done_(errc::cancelled);
+      }
+    got_first_ = true;
     auto step = hs_.on_message(in_);
     if (!step) return finish(step.error());
+    if (probe_ && role_ == Handshake::Role::initiator) return finish({});  // identity proven
     auto after = [self = shared_from_this()] {
       if (self->hs_.done()) {
         self->finish({});
@@ -401,6 +419,9 @@ class TcpConnector::HandshakeOp : public std::enable_shared_from_this<HandshakeO
   asio::steady_timer timer_;
   Handshake hs_;
   Handshake::Role role_;
+  bool probe_ = false;
+  bool got_first_ = false;
+  std::function<void(tcp::socket, RelayToken)> relay_hook_;
   std::function<void(Result<std::pair<tcp::socket, SessionKeys>>)> done_;
   std::array<std::uint8_t, 2> len_{};
   std::vector<std::uint8_t> in_, out_;
@@ -450,41 +471,62 @@ void TcpConnector::accept_loop() {
     } else {
       ++self->half_open_;
       const std::string from = remote_of(s);
-      self->handshake(std::move(s), Handshake::Role::responder, std::nullopt,
-                      Clock::now() + self->opts_.handshake_timeout,
-                      [self, from](Result<LinkPtr> r) {
-                        --self->half_open_;
-                        if (!r) {
-                          spdlog::info("transport: inbound handshake from {} failed: {}", from,
-                                       r.error().message());
-                          return;
-                        }
-                        if (!self->closed_) self->on_link_(*r);
-                      });
+      self->handshake(
+          std::move(s), Handshake::Role::responder, std::nullopt,
+          Clock::now() + self->opts_.handshake_timeout,
+          [self, from](Result<LinkPtr> r) {
+            --self->half_open_;
+            if (!r && r.error() == make_error_code(errc::cancelled)) {
+              spdlog::debug("transport: {} opened a relayed connection", from);
+              return;
+            }
+            if (!r) {
+              // A connection closed mid-handshake is most often a peer's dial-back
+              // check (it stops once we proved who we are): not worth a log line.
+              if (r.error() == make_error_code(errc::connection_truncated))
+                spdlog::debug("transport: inbound handshake from {} ended early", from);
+              else
+                spdlog::info("transport: inbound handshake from {} failed: {}", from,
+                             r.error().message());
+              return;
+            }
+            if (!self->closed_) self->on_link_(*r);
+          },
+          true);
     }
     self->accept_loop();
   });
 }
 
 void TcpConnector::handshake(tcp::socket sock, Handshake::Role role, std::optional<NodeId> expected,
-                             Clock::time_point deadline,
-                             std::function<void(Result<LinkPtr>)> done) {
+                             Clock::time_point deadline, std::function<void(Result<LinkPtr>)> done,
+                             bool relay_hook, bool relayed) {
   HandshakeConfig cfg{opts_.identity, opts_.swarm_key, expected, 0};
   const bool inbound = role == Handshake::Role::responder;
   auto op = std::make_shared<HandshakeOp>(
       std::move(sock), role, std::move(cfg),
-      [self = shared_from_this(), done, inbound](Result<std::pair<tcp::socket, SessionKeys>> r) {
+      [self = shared_from_this(), done, inbound, expected,
+       relayed](Result<std::pair<tcp::socket, SessionKeys>> r) {
         if (!r) return done(r.error());
         auto& [s, keys] = *r;
+        // The handshake checks the responder's identity; a responder that expects a given
+        // initiator (the far end of a relayed connection) checks it here.
+        if (inbound && expected && keys.peer_id != *expected) {
+          boost::system::error_code ignored;
+          s.close(ignored);
+          return done(errc::wrong_peer);
+        }
         PeerInfo peer;
         peer.id = keys.peer_id;
         peer.key = keys.peer_key;
         peer.address = remote_of(s);
         peer.inbound = inbound;
+        peer.relayed = relayed;
         peer.suite = suite_name(keys.suite);
         done(LinkPtr(std::make_shared<TcpLink>(std::move(s), keys, std::move(peer), self->workers_,
                                                self->opts_.limits)));
       });
+  if (relay_hook && relay_hook_) op->set_relay_hook(relay_hook_);
   ops_.insert(op);
   op->start(deadline);
   // Forget the op once it finished (its completion ran or will run on this strand).
@@ -493,16 +535,18 @@ void TcpConnector::handshake(tcp::socket sock, Handshake::Role role, std::option
   });
 }
 
-void TcpConnector::dial(const std::string& address, std::optional<NodeId> expected,
-                        Duration timeout, std::function<void(Result<LinkPtr>)> done) {
+void TcpConnector::connect_socket(
+    const std::string& address, Duration timeout,
+    std::function<void(Result<tcp::socket>, Clock::time_point deadline)> done) {
   std::string host;
   std::uint16_t port = 0;
+  const auto deadline = Clock::now() + timeout;
   if (closed_ || !split_host_port(address, host, port)) {
-    asio::post(
-        ex_, [done, closed = closed_] { done(closed ? errc::shutting_down : errc::unreachable); });
+    asio::post(ex_, [done, deadline, closed = closed_] {
+      done(closed ? errc::shutting_down : errc::unreachable, deadline);
+    });
     return;
   }
-  const auto deadline = Clock::now() + timeout;
   auto resolver = std::make_shared<tcp::resolver>(ex_);
   auto sock = std::make_shared<tcp::socket>(ex_);
   auto timer = std::make_shared<asio::steady_timer>(ex_, deadline);
@@ -516,23 +560,76 @@ void TcpConnector::dial(const std::string& address, std::optional<NodeId> expect
   });
   resolver->async_resolve(
       host, std::to_string(port),
-      [self = shared_from_this(), resolver, sock, timer, timed_out, expected, deadline, done](
+      [self = shared_from_this(), resolver, sock, timer, timed_out, deadline, done](
           boost::system::error_code ec, tcp::resolver::results_type results) {
         if (ec) {
           timer->cancel();
-          return done(*timed_out ? errc::timed_out : errc::unreachable);
+          return done(*timed_out ? errc::timed_out : errc::unreachable, deadline);
         }
         asio::async_connect(*sock, results,
-                            [self, sock, timer, timed_out, expected, deadline, done](
+                            [self, sock, timer, timed_out, deadline, done](
                                 boost::system::error_code ec, const tcp::endpoint&) {
                               timer->cancel();
-                              if (*timed_out) return done(errc::timed_out);
-                              if (ec) return done(errc::unreachable);
-                              if (self->closed_) return done(errc::shutting_down);
-                              self->handshake(std::move(*sock), Handshake::Role::initiator,
-                                              expected, deadline, done);
+                              if (*timed_out) return done(errc::timed_out, deadline);
+                              if (ec) return done(errc::unreachable, deadline);
+                              if (self->closed_) return done(errc::shutting_down, deadline);
+                              done(std::move(*sock), deadline);
                             });
       });
+}
+
+void TcpConnector::dial(const std::string& address, std::optional<NodeId> expected,
+                        Duration timeout, std::function<void(Result<LinkPtr>)> done) {
+  connect_socket(address, timeout,
+                 [self = shared_from_this(), expected, done](Result<tcp::socket> s,
+                                                             Clock::time_point deadline) {
+                   if (!s) return done(s.error());
+                   self->handshake(std::move(*s), Handshake::Role::initiator, expected, deadline,
+                                   done);
+                 });
+}
+
+void TcpConnector::dial_via_relay(const std::string& relay, const RelayToken& token,
+                                  Handshake::Role role, const NodeId& expected, Duration timeout,
+                                  std::function<void(Result<LinkPtr>)> done) {
+  connect_socket(relay, timeout,
+                 [self = shared_from_this(), token, role, expected, done](
+                     Result<tcp::socket> s, Clock::time_point deadline) {
+                   if (!s) return done(s.error());
+                   auto sock = std::make_shared<tcp::socket>(std::move(*s));
+                   auto pre = std::make_shared<std::vector<std::uint8_t>>(relay_preamble(token));
+                   asio::async_write(*sock, asio::buffer(*pre),
+                                     [self, sock, pre, role, expected, deadline, done](
+                                         boost::system::error_code ec, std::size_t) {
+                                       if (ec) return done(errc::unreachable);
+                                       self->handshake(std::move(*sock), role, expected, deadline,
+                                                       done, false, true);
+                                     });
+                 });
+}
+
+void TcpConnector::probe(const std::string& address, const NodeId& expected, Duration timeout,
+                         std::function<void(std::error_code)> done) {
+  connect_socket(address, timeout,
+                 [self = shared_from_this(), expected, done](Result<tcp::socket> s,
+                                                             Clock::time_point deadline) {
+                   if (!s) return done(s.error());
+                   HandshakeConfig cfg{self->opts_.identity, self->opts_.swarm_key, expected, 0};
+                   auto op = std::make_shared<HandshakeOp>(
+                       std::move(*s), Handshake::Role::initiator, std::move(cfg),
+                       [done](Result<std::pair<tcp::socket, SessionKeys>> r) {
+                         if (!r) return done(r.error());
+                         boost::system::error_code ignored;
+                         r->first.close(ignored);
+                         done({});
+                       },
+                       true);
+                   self->ops_.insert(op);
+                   op->start(deadline);
+                   asio::post(self->ex_, [self] {
+                     std::erase_if(self->ops_, [](const auto& o) { return o.use_count() == 1; });
+                   });
+                 });
 }
 
 void TcpConnector::close() {

@@ -22,6 +22,7 @@
 
 #include "transport/handshake.hpp"
 #include "transport/link.hpp"
+#include "transport/relay.hpp"
 
 namespace grove::transport {
 
@@ -97,15 +98,30 @@ class TcpConnector final : public Connector, public std::enable_shared_from_this
                      std::function<void(LinkPtr)> on_link) override;
   void dial(const std::string& address, std::optional<NodeId> expected, Duration timeout,
             std::function<void(Result<LinkPtr>)> done) override;
+  void probe(const std::string& address, const NodeId& expected, Duration timeout,
+             std::function<void(std::error_code)> done) override;
   void close() override;
+  /// This node relays: inbound connections that start with a relay preamble go to `hook`.
+  void set_relay_hook(std::function<void(TcpLink::tcp::socket, RelayToken)> hook) {
+    relay_hook_ = std::move(hook);
+  }
+  /// A connection through the relay at `relay`: presents `token`, then runs the handshake in
+  /// `role` with the node at the circuit's other end, which must be `expected`.
+  void dial_via_relay(const std::string& relay, const RelayToken& token, Handshake::Role role,
+                      const NodeId& expected, Duration timeout,
+                      std::function<void(Result<LinkPtr>)> done);
 
   std::size_t half_open() const noexcept { return half_open_; }
 
  private:
   class HandshakeOp;
   void accept_loop();
+  /// Resolves and connects; `done` gets the socket and the deadline left for what follows.
+  void connect_socket(const std::string& address, Duration timeout,
+                      std::function<void(Result<TcpLink::tcp::socket>, Clock::time_point)> done);
   void handshake(TcpLink::tcp::socket sock, Handshake::Role role, std::optional<NodeId> expected,
-                 Clock::time_point deadline, std::function<void(Result<LinkPtr>)> done);
+                 Clock::time_point deadline, std::function<void(Result<LinkPtr>)> done,
+                 bool relay_hook = false, bool relayed = false);
 
   boost::asio::any_io_executor ex_;
   boost::asio::thread_pool& workers_;
@@ -113,6 +129,7 @@ class TcpConnector final : public Connector, public std::enable_shared_from_this
   std::optional<TcpLink::tcp::acceptor> acceptor_;
   std::function<bool()> admit_;
   std::function<void(LinkPtr)> on_link_;
+  std::function<void(TcpLink::tcp::socket, RelayToken)> relay_hook_;
   std::size_t half_open_ = 0;
   std::set<std::shared_ptr<HandshakeOp>> ops_;
   bool closed_ = false;

@@ -27,6 +27,24 @@ TEST(Membership, RecordRoundTripAndRejection) {
   auto bytes = encode_member(m);
   for (std::size_t n = 0; n < bytes.size(); ++n)
     EXPECT_FALSE(decode_member(std::span(bytes).first(n)));
+  // Reachability: 1 and 2 travel; a record of an older node (7 elements) reads as not known.
+  for (std::uint8_t r : {1, 2}) {
+    MemberInfo w = m;
+    w.reach = r;
+    auto dw = decode_member(encode_member(w));
+    ASSERT_TRUE(dw);
+    EXPECT_EQ(dw->reach, r);
+  }
+  ASSERT_EQ(bytes.front(), 0x98);  // fixarray of 8
+  auto older = bytes;
+  older.front() = 0x97;
+  older.pop_back();
+  auto d7 = decode_member(older);
+  ASSERT_TRUE(d7);
+  EXPECT_EQ(d7->reach, 0);
+  auto bad = bytes;
+  bad.back() = 3;
+  EXPECT_FALSE(decode_member(bad));
   m.throughput = std::numeric_limits<double>::quiet_NaN();
   EXPECT_FALSE(decode_member(encode_member(m)));
   EXPECT_FALSE(valid_run_id(""));
@@ -42,10 +60,11 @@ struct MemberSwarm {
   std::vector<std::unique_ptr<Membership>> mem;
   std::vector<std::map<NodeId, int>> seen;  // +1 joined, -1 left, per watcher
 
-  explicit MemberSwarm(std::size_t n) {
+  explicit MemberSwarm(std::size_t n, std::size_t scale_members = 128) {
     mo.ttl = Time(6000);
     mo.publish_every = Time(2000);
     mo.poll_every = Time(1500);
+    mo.scale_members = scale_members;
     grow(net, n, rng);
     seen.resize(n);
     for (std::size_t i = 0; i < n; ++i) {
@@ -125,6 +144,41 @@ TEST(Membership, ViewsConvergeAndDropTheDeadWithinTwoTtl) {
   EXPECT_EQ(s.mem[20]->live(s.net.now()).size(), 25u);
   EXPECT_EQ(s.mem[j]->live(s.net.now()).size(), 25u);
   std::printf("a joiner was in the views after %lld ms\n", static_cast<long long>(t.count()));
+}
+
+// A swarm past scale_members polls less often in proportion and publishes records that live
+// as much longer, so that nobody drops out of a view between two polls.
+TEST(Membership, LargeSwarmsPollLessOftenWithoutLosingMembers) {
+  MemberSwarm s(40, 8);  // 40 members, 8 per step: intervals ×5
+  Time waited{0};
+  while (!s.all_views(40) && waited < Time(30'000)) {
+    s.run(Time(500));
+    waited += Time(500);
+  }
+  ASSERT_TRUE(s.all_views(40)) << "views did not converge in 30 s";
+  // The records read while the views were growing were published with the short TTL of a small
+  // swarm: they are replaced at the next poll (a swarm that grows 5× in one poll, as here, has
+  // views short by a few members for up to one poll interval).
+  s.run(5 * s.mo.poll_every);
+  std::vector<std::uint64_t> polls0;
+  for (auto& m : s.mem) polls0.push_back(m->polls());
+  std::size_t short_views = 0;
+  for (int t = 0; t < 120; ++t) {  // 60 s
+    s.run(Time(500));
+    short_views += !s.all_views(40);
+  }
+  std::uint64_t polls = 0;
+  for (std::size_t i = 0; i < s.mem.size(); ++i) polls += s.mem[i]->polls() - polls0[i];
+  const double per_node = double(polls) / 40.0;
+  std::printf(
+      "40 members, intervals x5: %.1f polls per member in 60 s (fixed: 40), views short "
+      "at %zu of 120 checks\n",
+      per_node, short_views);
+  EXPECT_LE(per_node, 9.0);  // 60 s / 7.5 s, plus the one in flight
+  EXPECT_GE(per_node, 7.0);
+  EXPECT_EQ(short_views, 0u);
+  EXPECT_EQ(s.mem[0]->poll_interval(), 5 * s.mo.poll_every);
+  EXPECT_EQ(s.mem[0]->record_ttl(), 5 * s.mo.ttl);
 }
 
 }  // namespace

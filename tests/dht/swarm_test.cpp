@@ -190,3 +190,67 @@ TEST(Swarm, PartitionHealsAndViewsMerge) {
 
 }  // namespace
 }  // namespace grove::dht::test
+
+namespace grove::dht::test {
+namespace {
+
+// A key every member reads often (the members' dictionary): quorum reads from the nearest
+// holders make those few nodes serve every reader; spread reads draw their holders among the k
+// nearest, so the busiest node serves far less, and every read still finds every record.
+TEST(Swarm, SpreadGetsShareTheHoldersLoad) {
+  DhtNetwork net(5, LinkModel{Time(20), Time(5), 0.0}, sim_options());
+  std::mt19937_64 rng(13);
+  grow(net, 100, rng);
+  net.run_for(Time(30'000));
+  const Key key = key_of("much-read");
+  for (std::size_t i = 0; i < 30; ++i) {
+    auto r = put(net, i, key, "m", 1, Time(3'600'000), std::vector<std::uint8_t>(600, 7));
+    ASSERT_TRUE(r);
+    ASSERT_GE(r->acked, 10u);
+  }
+  auto busiest = [&](bool spread, std::size_t& complete) {
+    std::vector<std::uint64_t> before(net.size());
+    for (std::size_t i = 0; i < net.size(); ++i) before[i] = net.bytes_sent(i);
+    complete = 0;
+    for (int g = 0; g < 200; ++g) {
+      auto r = get(net, rng() % net.size(), key, GetOptions{4, spread});
+      complete += r && r->records.size() == 30;
+    }
+    std::uint64_t most = 0;
+    for (std::size_t i = 0; i < net.size(); ++i)
+      most = std::max(most, net.bytes_sent(i) - before[i]);
+    return most;
+  };
+  std::size_t nearest_complete = 0, spread_complete = 0;
+  const auto nearest = busiest(false, nearest_complete);
+  const auto spread = busiest(true, spread_complete);
+  std::printf(
+      "busiest node over 200 reads: nearest holders %llu bytes, spread %llu bytes; "
+      "complete reads %zu / %zu\n",
+      static_cast<unsigned long long>(nearest), static_cast<unsigned long long>(spread),
+      nearest_complete, spread_complete);
+  EXPECT_GE(nearest_complete, 198u);
+  EXPECT_GE(spread_complete, 198u);
+  EXPECT_LT(spread * 2, nearest);
+}
+
+// Fewer nodes than the quorum: a spread read that asked some of them for contacts only asks
+// them again for the records.
+TEST(Swarm, SpreadGetInATinySwarmStillReadsEveryHolder) {
+  DhtNetwork net(6, LinkModel{Time(20), Time(5), 0.0}, sim_options());
+  std::mt19937_64 rng(17);
+  grow(net, 3, rng, 2);
+  net.run_for(Time(10'000));
+  const Key key = key_of("tiny");
+  for (std::size_t i = 0; i < 3; ++i)
+    ASSERT_TRUE(put(net, i, key, "m", 1, Time(3'600'000), std::vector<std::uint8_t>(10, 1)));
+  for (int g = 0; g < 50; ++g) {
+    auto r = get(net, g % 3, key, GetOptions{4, true});
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->records.size(), 3u);
+    EXPECT_GE(r->responders, 2u);  // the two other nodes (our own copy is not a response)
+  }
+}
+
+}  // namespace
+}  // namespace grove::dht::test

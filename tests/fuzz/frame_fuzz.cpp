@@ -6,7 +6,9 @@
 //   - re-encoding a decoded header with encode_frame and decoding again gives the same
 //     header and payload (the decoder accepts exactly what the encoder can express);
 //   - unpack_bounded with small limits never crashes, and whatever it accepts re-packs into
-//     a canonical form that it accepts again.
+//     a canonical form that it accepts again;
+//   - the reachability codecs (transport/reach.hpp) never crash, stay within their bounds, and
+//     re-encode what they accept into bytes that decode to the same request or reply.
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -16,6 +18,8 @@
 #include <msgpack.hpp>
 
 #include "transport/frame.hpp"
+#include "transport/reach.hpp"
+#include "transport/relay.hpp"
 
 namespace {
 using namespace grove::transport;
@@ -111,11 +115,33 @@ void fuzz_unpack_bounded(std::span<const std::uint8_t> in) {
   check(first.size() == second.size());
   check(std::memcmp(first.data(), second.data(), first.size()) == 0);
 }
+void fuzz_reach(std::span<const std::uint8_t> in) {
+  if (auto q = decode_reach_request(in)) {
+    check(q->addresses.size() <= kReachMaxAddresses);
+    for (const auto& a : q->addresses) check(a.size() <= kReachMaxAddress);
+    auto again = decode_reach_request(encode_reach_request(*q));
+    check(again.has_value() && again->addresses == q->addresses);
+  }
+  if (auto r = decode_reach_reply(in)) {
+    check(r->results.size() <= kReachMaxAddresses && r->observed.size() <= kReachMaxAddress);
+    for (const auto& [a, c] : r->results)
+      check(a.size() <= kReachMaxAddress && c <= ReachCode::not_checked);
+    auto again = decode_reach_reply(encode_reach_reply(*r));
+    check(again.has_value() && again->observed == r->observed && again->results == r->results);
+  }
+  if (auto d = decode_relay_dialback(in)) {
+    check(!d->addresses.empty() && d->addresses.size() <= kDialBackMaxAddresses);
+    for (const auto& a : d->addresses) check(!a.empty() && a.size() <= kDialBackMaxAddress);
+    auto again = decode_relay_dialback(encode_relay_dialback(*d));
+    check(again.has_value() && again->node == d->node && again->addresses == d->addresses);
+  }
+}
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::span<const std::uint8_t> in(data, size);
   fuzz_frame_decoder(in);
   fuzz_unpack_bounded(in);
+  fuzz_reach(in);
   return 0;
 }

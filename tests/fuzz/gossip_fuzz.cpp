@@ -11,15 +11,16 @@
 //   - a finished all-reduce's result and an exchange's means have the tensor's size and are
 //     finite (nothing received can put a NaN into the model);
 //   - selector bit 3 set: the bytes go to the DHT-record and state-sync decoders instead
-//     (decode_ready, decode_mode, decode_offer, decode_state_request, decode_manifest,
-//     StateServer::answer and a StateDownload's response handler); what they accept re-encodes to
-//     the same value.
+//     (decode_ready, dht's decode_member, decode_mode, decode_offer, decode_state_request,
+//     decode_manifest, StateServer::answer and a StateDownload's response handler); what they
+//     accept re-encodes to the same value.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cstring>
 #include <memory>
 
+#include "dht/membership.hpp"
 #include "gossip/allreduce.hpp"
 #include "gossip/exchange.hpp"
 #include "gossip/matchmaking.hpp"
@@ -88,6 +89,8 @@ void check_results(State& s) {
 void records(std::span<const std::uint8_t> bytes) {
   if (auto r = gossip::decode_ready(bytes))
     check(gossip::decode_ready(gossip::encode_ready(*r)).value() == *r);
+  if (auto m = dht::decode_member(bytes))
+    check(dht::decode_member(dht::encode_member(*m)).value() == *m);
   if (auto m = gossip::decode_mode(bytes))
     check(gossip::decode_mode(gossip::encode_mode(*m)).value() == *m);
   if (auto o = gossip::decode_offer(bytes))

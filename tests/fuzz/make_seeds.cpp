@@ -33,6 +33,7 @@
 
 #include <msgpack.hpp>
 
+#include "dht/membership.hpp"
 #include "dht/messages.hpp"
 #include "gossip/allreduce.hpp"
 #include "gossip/exchange.hpp"
@@ -47,6 +48,8 @@
 #include "transport/frame.hpp"
 #include "transport/handshake.hpp"
 #include "transport/identity.hpp"
+#include "transport/reach.hpp"
+#include "transport/relay.hpp"
 
 namespace {
 namespace fs = std::filesystem;
@@ -122,6 +125,16 @@ void frame_seeds(const fs::path& dir) {
   put("pong.bin", plaintext_of({FrameType::pong, 0xdeadbeefcafef00dull, 0, ""}));
   put("goodbye.bin", plaintext_of({FrameType::goodbye, 0, 0, "shutting down"}));
   put("max_text.bin", plaintext_of({FrameType::message, 0, 0, std::string(kMaxHeaderText, 'm')}));
+
+  // The reachability check's request and reply (the frame target decodes them too).
+  put("reach_request.bin",
+      encode_reach_request({{"192.0.2.7:7400", "[2001:db8::7]:7400", "10.0.0.2:7400"}}));
+  put("relay_dialback.bin",
+      encode_relay_dialback({NodeId{7, 7, 7}, {"192.0.2.7:7400", "[2001:db8::7]:7400"}}));
+  put("reach_reply.bin", encode_reach_reply({"192.0.2.7:51234",
+                                             {{"192.0.2.7:7400", ReachCode::ok},
+                                              {"[2001:db8::7]:7400", ReachCode::timed_out},
+                                              {"10.0.0.2:7400", ReachCode::not_checked}}}));
 
   // Malformed variants.
   const Buf req = plaintext_of({FrameType::request, 9, 100, "rpc.method"}, bytes_of("payload"));
@@ -577,6 +590,14 @@ void gossip_seeds(const fs::path& dir) {
   put_rec("offer", g::encode_offer({{}, "a:1", "fuzz", 1, 1000, snap.root()}));
   put_rec("state-request", g::encode_state_request({snap.root(), 2}));
   put_rec("manifest", snap.manifest_bytes());
+  grove::dht::MemberInfo member;
+  member.addresses = {"192.0.2.1:7400", "[2001:db8::1]:7400"};
+  member.run_id = "fuzz";
+  member.round = 3;
+  member.status = "training";
+  member.throughput = 12.5;
+  member.reach = 1;
+  put_rec("member", grove::dht::encode_member(member));
   auto bad = g::encode_message(h, 10);
   bad.data()[3] = 0xff;
   put("bad-version", 0, bad.span());

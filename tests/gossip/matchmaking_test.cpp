@@ -2,6 +2,7 @@
 // threes, no waiting for slow nodes, no stale partners.
 #include "gossip/matchmaking.hpp"
 
+#include <functional>
 #include <map>
 #include <msgpack.hpp>
 #include <set>
@@ -235,13 +236,17 @@ struct Trainers {
   };
   std::vector<Outcome> outcomes;
   std::vector<Time> ready_at;
+  std::vector<std::size_t> swarm_size;  ///< what each member's view says (sets its buckets)
 
-  Trainers(std::size_t dht_nodes, std::vector<Time> per_round) : round_time(per_round) {
+  Trainers(std::size_t dht_nodes, std::vector<Time> per_round,
+           const std::function<void(MatchOptions&)>& tune = {})
+      : round_time(per_round) {
     mo.window = Time(5000);
     mo.min_lead = Time(1000);
     mo.settle = Time(1500);
     mo.read_timeout = Time(5000);
     mo.patience = Time(30'000);  // about one round of the fast nodes
+    if (tune) tune(mo);
     grow(net, dht_nodes, rng, 2);
     net.run_for(Time(5000));
     for (std::size_t i = 0; i < per_round.size(); ++i) {
@@ -249,6 +254,7 @@ struct Trainers {
       next_ready.push_back(net.now() + per_round[i]);
       rounds.push_back(0);
       ready_at.push_back(Time::max());
+      swarm_size.push_back(per_round.size());
     }
   }
   void run(Time d) {
@@ -259,6 +265,7 @@ struct Trainers {
         if (!net.alive(i)) continue;
         if (!mm[i]->busy() && net.now() >= next_ready[i]) {
           ready_at[i] = net.now();
+          mm[i]->set_swarm_size(swarm_size[i]);
           net.call(i, [&](dht::DhtNode&) {
             mm[i]->ready(rounds[i], {net.address(i)}, net.now(), [this, i](MatchResult r) {
               outcomes.push_back({i, ready_at[i], net.now(), r});
@@ -275,6 +282,16 @@ struct Trainers {
     }
   }
   NodeId id(std::size_t i) { return net.node(i).id(); }
+  /// Every member's group (sorted) per window, to check that the members of a group agree.
+  std::map<std::pair<std::uint64_t, NodeId>, std::vector<NodeId>> groups() {
+    std::map<std::pair<std::uint64_t, NodeId>, std::vector<NodeId>> by;
+    for (const auto& o : outcomes) {
+      auto g = o.r.group;
+      std::sort(g.begin(), g.end());
+      by[{o.r.window, id(o.node)}] = g;
+    }
+    return by;
+  }
 };
 
 TEST(Matchmaking, SwarmPairsConsistentlyAndASlowNodeNeverStallsTheOthers) {
@@ -284,12 +301,7 @@ TEST(Matchmaking, SwarmPairsConsistentlyAndASlowNodeNeverStallsTheOthers) {
   Trainers t(24, per);
   t.run(Time(400'000));
   // Both sides of every group agree (same window, same group).
-  std::map<std::pair<std::uint64_t, NodeId>, std::vector<NodeId>> by;
-  for (const auto& o : t.outcomes) {
-    auto g = o.r.group;
-    std::sort(g.begin(), g.end());
-    by[{o.r.window, t.id(o.node)}] = g;
-  }
+  const auto by = t.groups();
   std::size_t paired = 0, slow_rounds = 0, slow_paired = 0;
   std::map<std::size_t, std::set<NodeId>> partners;
   // Ready to group: the first window, plus the patience windows, plus the settle and the read.
@@ -328,6 +340,78 @@ TEST(Matchmaking, SwarmPairsConsistentlyAndASlowNodeNeverStallsTheOthers) {
       t.outcomes.size(), paired, slow_paired, slow_rounds, static_cast<long long>(worst.count()),
       static_cast<unsigned long long>(*std::min_element(t.rounds.begin(), t.rounds.end() - 1)),
       static_cast<unsigned long long>(*std::max_element(t.rounds.begin(), t.rounds.end() - 1)));
+}
+
+TEST(Matchmaking, BucketsFollowTheSwarmSizeAndChangeEveryWindow) {
+  MatchOptions o;  // pairs, 64 members per bucket
+  EXPECT_EQ(bucket_count(0, o), 1u);
+  EXPECT_EQ(bucket_count(127, o), 1u);
+  EXPECT_EQ(bucket_count(128, o), 2u);
+  EXPECT_EQ(bucket_count(1023, o), 8u);
+  EXPECT_EQ(bucket_count(1024, o), 16u);
+  MatchOptions all = o;
+  all.group_size = 0;  // DiLoCo's one group of everyone is never split
+  EXPECT_EQ(bucket_count(4096, all), 1u);
+  MatchOptions rounds = o;
+  rounds.same_round = true;
+  EXPECT_EQ(bucket_count(4096, rounds), 1u);
+  MatchOptions off = o;
+  off.bucket_members = 0;
+  EXPECT_EQ(bucket_count(4096, off), 1u);
+  // One bucket is the key older nodes use; buckets have keys of their own.
+  EXPECT_EQ(ready_key("r", 7), dht::key_of("grove/run/r/ready/7"));
+  EXPECT_EQ(ready_key("r", 7, 0, 1), ready_key("r", 7));
+  EXPECT_NE(ready_key("r", 7, 0, 2), ready_key("r", 7));
+  EXPECT_NE(ready_key("r", 7, 0, 2), ready_key("r", 7, 1, 2));
+  EXPECT_NE(ready_key("r", 7, 1, 2), ready_key("r", 7, 1, 4));
+  // 1024 members over 16 buckets: about 64 each, and a member's bucket changes with the window.
+  std::vector<std::size_t> per(16);
+  std::size_t moved = 0;
+  for (int i = 0; i < 1024; ++i) {
+    const auto b = bucket_of("r", 7, id_n(i), 16);
+    ASSERT_LT(b, 16u);
+    ++per[b];
+    moved += b != bucket_of("r", 8, id_n(i), 16);
+    EXPECT_EQ(bucket_of("r", 7, id_n(i), 1), 0u);
+  }
+  for (std::size_t b = 0; b < 16; ++b) {
+    EXPECT_GE(per[b], 36u) << "bucket " << b;
+    EXPECT_LE(per[b], 92u) << "bucket " << b;
+  }
+  EXPECT_GE(moved, 900u);  // 15 in 16 expected
+}
+
+TEST(Matchmaking, BucketedMembersPairWithinTheirBucketAndDisagreeingViewsStayConsistent) {
+  // Sixteen members, 4 per bucket: four buckets a window. Two members' views are short (8
+  // members: two buckets) and write and read other keys than the rest.
+  Trainers t(32, std::vector<Time>(16, Time(10'000)),
+             [](MatchOptions& o) { o.bucket_members = 4; });
+  t.swarm_size[3] = t.swarm_size[9] = 8;
+  t.run(Time(200'000));
+  const auto by = t.groups();
+  std::size_t paired = 0, four = 0;
+  for (const auto& o : t.outcomes) {
+    const std::size_t b = o.node == 3 || o.node == 9 ? 2 : 4;
+    EXPECT_EQ(o.r.buckets, b);
+    auto g = o.r.group;
+    std::sort(g.begin(), g.end());
+    paired += g.size() > 1;
+    four += b == 4;
+    for (const auto& member : g) {
+      EXPECT_EQ(bucket_of("run-m", o.r.window, member, b),
+                bucket_of("run-m", o.r.window, t.id(o.node), b))
+          << "a partner from another bucket";
+      auto it = by.find({o.r.window, member});
+      ASSERT_NE(it, by.end()) << "a partner never got a result for this window";
+      EXPECT_EQ(it->second, g) << "members of a group disagree";
+    }
+  }
+  std::printf("buckets: %zu results (%zu in four buckets), %zu paired\n", t.outcomes.size(), four,
+              paired);
+  EXPECT_GE(four, 14u * 10);  // 200 s at 10 s a round plus matchmaking
+  // Members alone in their bucket try the next window (another bucket): most rounds average.
+  EXPECT_GE(paired * 10, t.outcomes.size() * 7)
+      << paired << " of " << t.outcomes.size() << " rounds paired";
 }
 
 TEST(Matchmaking, NeverPairsWithAMemberOutsideTheLiveView) {

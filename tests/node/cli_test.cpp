@@ -52,6 +52,14 @@ TEST(Cli, JoinWithPeersAndData) {
   EXPECT_EQ(o.peers, (std::vector<std::string>{"10.0.0.1:7000", "[::1]:7001"}));
   EXPECT_EQ(o.data, (std::vector<std::string>{"a.txt", "b.txt"}));
   EXPECT_EQ(o.run, "gpt-0123456789ab");
+  EXPECT_TRUE(o.relay);
+  EXPECT_TRUE(o.upnp);
+  EXPECT_TRUE(o.advertise.empty());
+  auto a = parse({"--advertise", "203.0.113.5:7400", "--advertise", "[2001:db8::5]:7400",
+                  "--no-relay", "--no-upnp"});
+  EXPECT_EQ(a.advertise, (std::vector<std::string>{"203.0.113.5:7400", "[2001:db8::5]:7400"}));
+  EXPECT_FALSE(a.relay);
+  EXPECT_FALSE(a.upnp);
   // Data at bootstrap makes a files run.
   EXPECT_EQ(parse({"--bootstrap", "--data", "a.txt"}).config.data, DataKind::files);
   EXPECT_EQ(parse({"--bootstrap"}).config.data, DataKind::synthetic);
@@ -81,6 +89,11 @@ TEST(Cli, BadInputNamesTheProblem) {
   EXPECT_NE(error_of({"--peer", "nohost"}).find("HOST:PORT"), std::string::npos);
   EXPECT_NE(error_of({"--peer", "h:70000"}).find("port"), std::string::npos);
   EXPECT_NE(error_of({"--peer"}).find("missing value"), std::string::npos);
+  EXPECT_NE(error_of({"--advertise", "example.org:7400"}).find("an address, not a name"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--advertise", "203.0.113.5"}).find("HOST:PORT"), std::string::npos);
+  EXPECT_NE(error_of({"status", "--advertise", "203.0.113.5:1"}).find("not an option"),
+            std::string::npos);
   EXPECT_NE(error_of({"--frobnicate"}).find("unknown option --frobnicate"), std::string::npos);
   EXPECT_NE(error_of({"stray"}).find("unexpected argument"), std::string::npos);
   EXPECT_NE(error_of({"status", "--bootstrap"}).find("not an option"), std::string::npos);

@@ -390,6 +390,108 @@ TEST(NodeProcess, DiLoCoSwarmTrainsAndGoesOnWhenAMemberIsKilled) {
   for (Proc* p : {&n0, &n1}) EXPECT_EQ(p->wait_exit(60s), 0) << p->log();
 }
 
+// A node that cannot be dialed (its advertised address leads to a closed port, as behind a NAT
+// without a port forward) learns so from its peers' dial-back checks, advertises no address,
+// and still averages with the swarm over the connections it opens (it syncs its state from the
+// reachable members when it joins). `mode` is noloco or diloco.
+void unreachable_node_takes_part(const std::string& mode) {
+  TempDir d;
+  Proc n0(bootstrap_args(d, "n0", {"--outer", mode}));
+  std::string addr;
+  double fresh = 0;
+  ASSERT_TRUE(started(n0, addr, fresh)) << n0.log();
+  Proc n1(join_args(d, "n1", addr));
+  ASSERT_TRUE(n1.expect(std::regex(R"(reach: reachable at 127\.0\.0\.1:\d+ \(1 peer)"), 30s))
+      << n1.log();
+  Proc n2(
+      join_args(d, "n2", addr,
+                {"--advertise", "127.0.0.1:1", "--max-steps", "400", "--metrics", d / "m2.jsonl"}));
+  ASSERT_TRUE(
+      n2.expect(std::regex(R"(reach: 2 peer\(s\) could not dial us at 127\.0\.0\.1:1)"), 30s))
+      << n2.log();
+  std::smatch m;
+  ASSERT_TRUE(n2.expect(kStopped, 180s, &m)) << n2.log();
+  EXPECT_LT(std::stod(m[3]), 0.5 * fresh) << n2.log();
+  EXPECT_EQ(n2.wait_exit(30s), 0) << n2.log();
+  std::ifstream metrics(d / "m2.jsonl");
+  int rounds = 0, averaged = 0;
+  for (std::string line; std::getline(metrics, line);) {
+    if (line.find("\"event\":\"round\"") == std::string::npos) continue;
+    ++rounds;
+    averaged += line.find("\"partners\":[\"") != std::string::npos;
+  }
+  std::printf("%s: the node nobody can dial averaged %d of its %d rounds\n", mode.c_str(), averaged,
+              rounds);
+  EXPECT_GE(rounds, 15);
+  EXPECT_GE(averaged * 10, rounds * 7) << n2.log();
+  for (Proc* p : {&n0, &n1}) p->signal(SIGTERM);
+  for (Proc* p : {&n0, &n1}) EXPECT_EQ(p->wait_exit(60s), 0) << p->log();
+}
+
+TEST(NodeProcess, ANodeNobodyCanDialStillAveragesNoLoCo) {
+  unreachable_node_takes_part("noloco");
+}
+
+TEST(NodeProcess, ANodeNobodyCanDialStillAveragesDiLoCo) {
+  unreachable_node_takes_part("diloco");
+}
+
+// Two nodes that nobody can dial and one that everybody can: the two reserve a relay at the
+// reachable one, advertise "relay:..." addresses, and when matchmaking puts them together they
+// exchange through it (end to end encrypted); all three keep averaging.
+TEST(NodeProcess, TwoUndialableNodesAverageThroughARelay) {
+  TempDir d;
+  Proc n0(bootstrap_args(d, "n0"));
+  std::string addr;
+  double fresh = 0;
+  ASSERT_TRUE(started(n0, addr, fresh)) << n0.log();
+  std::vector<std::unique_ptr<Proc>> hidden;
+  for (int i = 1; i <= 2; ++i)
+    hidden.push_back(std::make_unique<Proc>(join_args(
+        d, "n" + std::to_string(i), addr,
+        {"--advertise", "127.0.0.1:" + std::to_string(i), "--max-steps", "400", "--metrics",
+         d / ("m" + std::to_string(i) + ".jsonl"), "--log-level", "debug"})));
+  for (auto& p : hidden)
+    ASSERT_TRUE(p->expect(std::regex(R"(reach: reachable through 1 relay\(s\): relay:)"), 60s))
+        << p->log();
+  std::smatch m;
+  for (auto& p : hidden) {
+    ASSERT_TRUE(p->expect(kStopped, 180s, &m)) << p->log();
+    EXPECT_LT(std::stod(m[3]), 0.5 * fresh) << p->log();
+    EXPECT_EQ(p->wait_exit(30s), 0) << p->log();
+  }
+  // Rounds of the two hidden nodes, and those they averaged with each other (through n0).
+  int rounds = 0, averaged = 0, together = 0;
+  std::set<std::string> ids;
+  for (int i = 1; i <= 2; ++i) {
+    std::ifstream f(d / ("m" + std::to_string(i) + ".jsonl"));
+    for (std::string line; std::getline(f, line);) {
+      std::smatch e;
+      if (std::regex_search(line, e, std::regex(R"re("node":"([0-9a-f]+)")re"))) ids.insert(e[1]);
+      if (line.find("\"event\":\"round\"") == std::string::npos) continue;
+      ++rounds;
+      averaged += line.find("\"partners\":[\"") != std::string::npos;
+    }
+  }
+  ASSERT_EQ(ids.size(), 2u);
+  for (int i = 1; i <= 2; ++i) {
+    std::ifstream f(d / ("m" + std::to_string(i) + ".jsonl"));
+    for (std::string line; std::getline(f, line);) {
+      if (line.find("\"event\":\"round\"") == std::string::npos) continue;
+      for (const auto& id : ids)
+        if (line.find("\"node\":\"" + id) == std::string::npos &&
+            line.find("\"" + id.substr(0, 8)) != std::string::npos)
+          ++together;
+    }
+  }
+  std::printf("two undialable nodes: %d rounds, %d averaged, %d with each other (via the relay)\n",
+              rounds, averaged, together);
+  EXPECT_GE(averaged * 10, rounds * 7);
+  EXPECT_GE(together, 4) << hidden[0]->log();
+  n0.signal(SIGTERM);
+  EXPECT_EQ(n0.wait_exit(60s), 0) << n0.log();
+}
+
 // With --overlap the nodes train on while they average and checkpoint in the background; they
 // still learn together, leave cleanly and leave a checkpoint that a restart resumes from.
 TEST(NodeProcess, OverlapTrainsTogetherAndCheckpointsInTheBackground) {

@@ -104,6 +104,64 @@ TEST(Host, UnreachableAndBadAddressFailFast) {
   EXPECT_LT(Clock::now() - t0, 5s);
 }
 
+// A dial-back check proves who listens at an address over a connection of its own and leaves
+// no session behind on either side.
+TEST(Host, ProbeProvesTheListenerWithoutOpeningASession) {
+  World w;
+  auto a = w.host(), b = w.host();
+  w.start(a);
+  w.start(b);
+  auto probe = [&](const std::string& addr, const NodeId& id) {
+    std::promise<std::error_code> p;
+    a->probe(addr, id, 3s, [&](std::error_code ec) { p.set_value(ec); });
+    auto f = p.get_future();
+    return await(f, 10s).value_or(make_error_code(errc::timed_out));
+  };
+  EXPECT_EQ(probe(b->address(), b->id()), std::error_code{});
+  EXPECT_EQ(probe(b->address(), Identity::generate().id()), make_error_code(errc::wrong_peer));
+  EXPECT_EQ(probe("127.0.0.1:1", b->id()), make_error_code(errc::unreachable));
+  EXPECT_TRUE(eventually(b->executor(), [&] { return b->stats().half_open == 0; }));
+  run_on(a->executor(), [&] { EXPECT_EQ(a->stats().sessions, 0u); });
+  run_on(b->executor(), [&] {
+    EXPECT_EQ(b->stats().sessions, 0u);
+    EXPECT_EQ(b->stats().handshakes_ok, 0u);
+  });
+}
+
+// A node that accepts no connections is reached over the connection it opens to us: an
+// operation addressed to it by id alone waits for that connection until its deadline.
+TEST(Host, AnAddresslessPeerIsWaitedForUntilItConnects) {
+  World w;
+  auto a = w.host();
+  HostOptions dial_only;
+  dial_only.listen = "";
+  auto c = w.host(dial_only);
+  add_echo(c);
+  add_echo(a);
+  w.start(a);
+  w.start(c);
+  std::promise<Result<std::string>> p;
+  a->request(PeerRef::node(c->id()), "echo", Bytes::copy_of(as_bytes("to c")), 20s,
+             [&](Result<Payload> r) {
+               if (!r) return p.set_value(r.error());
+               auto b = r->bytes();
+               p.set_value(std::string(b.begin(), b.end()));
+             });
+  ASSERT_TRUE(call(c, PeerRef::at(a->address()), "echo", "hello"));  // c connects to a
+  auto f = p.get_future();
+  auto r = await(f, 20s);
+  ASSERT_TRUE(r);
+  ASSERT_TRUE(*r) << r->error().message();
+  EXPECT_EQ(**r, "to c");
+  // One that never connects fails at the deadline, not before and not much after.
+  const auto t0 = Clock::now();
+  auto never = Identity::generate().id();
+  EXPECT_EQ(call(a, PeerRef::node(never), "echo", "x", 500ms).error(),
+            make_error_code(errc::unreachable));
+  EXPECT_GE(Clock::now() - t0, 400ms);
+  EXPECT_LT(Clock::now() - t0, 5s);
+}
+
 TEST(Host, BadListenAddressIsAConfigError) {
   World w;
   HostOptions o;
