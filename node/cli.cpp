@@ -53,7 +53,7 @@ const std::map<std::string, Setter>& config_options() {
       {"--workload",
        [](RunConfig& c, const std::string& o, const std::string& v) {
          auto w = parse_workload(v);
-         if (!w) throw CliError(o + ": expected gpt or mlp, got '" + v + "'");
+         if (!w) throw CliError(o + ": expected gpt, mlp or external, got '" + v + "'");
          c.workload = *w;
        }},
       {"--model-size",
@@ -211,6 +211,8 @@ Node options (any node):
   --no-upnp               do not ask the home router (UPnP IGD) to forward a port to us
                           (asked by default unless --advertise is given; removed at exit)
   --state-dir DIR         identity key, checkpoints, local control address
+  --trainer-socket PATH   where a training script attaches (--workload external runs; default
+                          <state dir>/trainer.sock)
                           (default $XDG_DATA_HOME/grove-node or ~/.local/share/grove-node)
   --swarm-key-file FILE   64 hex digits shared by the swarm; with --bootstrap a missing file is
                           created with a new key. Without the key nothing can be read or joined.
@@ -228,7 +230,10 @@ Node options (any node):
                           (RATE in kbit, mbit or gbit per second; RTT added; LOSS of frames)
 
 Run config (only with --bootstrap; fixed for the run, joiners take it from the swarm):
-  --workload gpt|mlp      byte-level GPT language model (default) or a tiny MLP (for tests)
+  --workload gpt|mlp|external
+                          byte-level GPT language model (default), a tiny MLP (for tests), or
+                          the model of your own PyTorch training script (the grove package:
+                          node/python; its first trainer fixes the model and the algorithm)
   --model-size NAME       size preset: gpt tiny|small|base (default small), mlp tiny|small
   --seed N                model initialisation, synthetic corpus, evaluation (default 1)
   --inner-steps H         inner AdamW steps per outer round (default 50)
@@ -348,6 +353,11 @@ CliOptions parse_cli(int argc, const char* const* argv) {
     } else if (a == "--metrics") {
       run_only();
       o.metrics = value(a);
+    } else if (a == "--trainer-socket") {
+      run_only();
+      o.trainer_socket = value(a);
+      if (o.trainer_socket.empty() || o.trainer_socket.size() > 100)
+        throw CliError(a + ": a path of 1 to 100 bytes");
     } else if (a == "--threads") {
       run_only();
       o.threads = static_cast<unsigned>(parse_whole(a, value(a), 1, 1024));

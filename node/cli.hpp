@@ -47,6 +47,9 @@ struct CliOptions {
   std::vector<std::string> data;
   std::optional<std::uint64_t> max_steps;
   std::optional<std::string> metrics;
+  /// --trainer-socket PATH: where a trainer attaches (an external workload); default
+  /// <state dir>/trainer.sock.
+  std::string trainer_socket;
   unsigned threads = 0;  ///< 0: all hardware threads
   std::string log_level = "info";
   bool progress = true;  ///< live progress line on a terminal

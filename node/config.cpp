@@ -81,6 +81,15 @@ const std::vector<Field>& fields() {
          c.model = std::string(v);
          return true;
        }},
+      {"model_params", [](const RunConfig& c) { return std::to_string(c.model_params); },
+       [](RunConfig& c, std::string_view v) { return parse_u64(v, c.model_params); }},
+      u32_field("model_tensors", &RunConfig::model_tensors),
+      {"model_spec", [](const RunConfig& c) { return c.model_spec; },
+       [](RunConfig& c, std::string_view v) {
+         if (v != "-" && (v.size() != 64 || !is_hex(v))) return false;
+         c.model_spec = std::string(v);
+         return true;
+       }},
       {"seed", [](const RunConfig& c) { return std::to_string(c.seed); },
        [](RunConfig& c, std::string_view v) { return parse_u64(v, c.seed); }},
       {"nonce", [](const RunConfig& c) { return c.nonce; },
@@ -141,7 +150,15 @@ transport::Result<RunConfig> bad(std::string* why, std::string what) {
 }  // namespace
 
 const char* to_string(WorkloadKind w) {
-  return w == WorkloadKind::gpt ? "gpt" : "mlp";
+  switch (w) {
+    case WorkloadKind::gpt:
+      return "gpt";
+    case WorkloadKind::mlp:
+      return "mlp";
+    case WorkloadKind::external:
+      return "external";
+  }
+  return "?";
 }
 const char* to_string(OuterKind o) {
   return o == OuterKind::noloco ? "noloco" : "diloco";
@@ -165,6 +182,7 @@ const char* to_string(DataKind d) {
 std::optional<WorkloadKind> parse_workload(std::string_view s) {
   if (s == "gpt") return WorkloadKind::gpt;
   if (s == "mlp") return WorkloadKind::mlp;
+  if (s == "external") return WorkloadKind::external;
   return std::nullopt;
 }
 std::optional<OuterKind> parse_outer(std::string_view s) {
@@ -207,6 +225,14 @@ std::string RunConfig::check() const {
   const auto in = [](double v, double lo, double hi) { return v >= lo && v <= hi; };
   if (!is_word(model)) return "model: a preset name (letters, digits, _)";
   if (nonce.size() != 16 || !is_hex(nonce)) return "nonce: 16 lowercase hex digits";
+  if (workload == WorkloadKind::external) {
+    if (!in(static_cast<double>(model_params), 1, static_cast<double>(1ull << 36)))
+      return "model params: 1 to 2^36";
+    if (!in(model_tensors, 1, 100'000)) return "model tensors: 1 to 100000";
+    if (model_spec.size() != 64 || !is_hex(model_spec)) return "model spec: 64 hex digits";
+  } else if (model_params != 0 || model_tensors != 0 || model_spec != "-") {
+    return "model params, tensors and spec belong to external workloads only";
+  }
   if (!in(inner_steps, 1, 1'000'000)) return "inner steps: 1 to 1000000";
   if (!in(batch, 1, 4096)) return "batch: 1 to 4096";
   if (!in(seq_len, 2, 8192)) return "seq_len: 2 to 8192";

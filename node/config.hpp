@@ -21,7 +21,7 @@ namespace grove::node {
 
 constexpr std::size_t kMaxConfigText = 4096;
 
-enum class WorkloadKind { gpt, mlp };
+enum class WorkloadKind { gpt, mlp, external };
 enum class OuterKind { noloco, diloco };
 enum class Codec { fp16, bf16, fp32, e3m0 };
 enum class DataKind { synthetic, files };
@@ -37,7 +37,12 @@ std::optional<Codec> parse_codec(std::string_view s);
 struct RunConfig {
   WorkloadKind workload = WorkloadKind::gpt;
   std::string model = "small";  ///< a size preset of the workload (see workload.hpp)
-  std::uint64_t seed = 1;       ///< model initialisation, synthetic corpus, evaluation windows
+  /// An external workload's model (the trainer's, node/trainer_protocol.hpp): its parameter count,
+  /// tensor count and the BLAKE2b-256 of its spec (names, shapes, dtypes). 0, 0, "-" otherwise.
+  std::uint64_t model_params = 0;
+  std::uint32_t model_tensors = 0;
+  std::string model_spec = "-";
+  std::uint64_t seed = 1;  ///< model initialisation, synthetic corpus, evaluation windows
   std::string nonce = "0000000000000000";  ///< 16 hex digits drawn at bootstrap: runs differ
   // Inner optimisation (AdamW, linear warm-up then cosine decay to lr_min_ratio × lr).
   std::uint32_t inner_steps = 50;  ///< H: inner steps per outer round

@@ -29,6 +29,7 @@
 
 #include "gossip/round_runtime.hpp"
 #include "node/checkpoint.hpp"
+#include "node/external_workload.hpp"
 #include "node/port_mapping.hpp"
 #include "node/status.hpp"
 #include "node/workload.hpp"
@@ -216,6 +217,10 @@ struct Node::Impl {
   std::shared_ptr<dht::Membership> members;
   std::shared_ptr<gossip::RoundRuntime> round;
   std::unique_ptr<Workload> workload;
+  // An external workload (the user's trainer, node/external_workload.hpp): owned here until the
+  // run is fixed, then by `workload`; `external` keeps a view for the goodbye.
+  std::unique_ptr<ExternalWorkload> external_owner;
+  ExternalWorkload* external = nullptr;
   std::optional<asio::signal_set> signals;
   std::optional<asio::steady_timer> run_timer;    // re-publishes the run record
   std::optional<asio::steady_timer> reach_timer;  // re-checks our reachability
@@ -293,6 +298,7 @@ struct Node::Impl {
     return v;
   }
   void set_addresses(std::vector<std::string> now);
+  void open_trainer_socket();
   int train();
   void shutdown();
   void on_report(const gossip::RoundReport& r) {
@@ -637,6 +643,13 @@ void Node::Impl::start() {
     if (o.bootstrap) {
       config = o.config;
       config.nonce = random_nonce();
+      if (config.workload == WorkloadKind::external) {
+        // The first trainer fixes the model (and chooses the algorithm) of the new run.
+        open_trainer_socket();
+        auto hello = external_owner->wait_for_first_trainer();
+        if (!hello) throw ConfigError("stopped while waiting for a trainer");
+        apply_hello(*hello, config);
+      }
       if (auto e = config.check(); !e.empty()) throw ConfigError("run config: " + e);
       run_name = config.run_name();
       fresh_bootstrap = true;
@@ -666,7 +679,14 @@ void Node::Impl::start() {
   spec.data_files = o.data;
   spec.node_seed = seed_of(host->id());
   spec.threads = o.threads;
-  workload = make_workload(spec);
+  if (config.workload == WorkloadKind::external) {
+    if (!external_owner) open_trainer_socket();
+    external_owner->bind(config, run_name);
+    external = external_owner.get();
+    workload = std::move(external_owner);
+  } else {
+    workload = make_workload(spec);
+  }
 
   dht::MemberInfo self;
   const auto [self_addresses, self_reach] =
@@ -792,6 +812,21 @@ void Node::Impl::apply_reach(const transport::ReachCheck::Verdict& v) {
     if (stack_ready) maintain_relays();
   }
   if (changed || now != addresses) set_addresses(now);
+}
+
+// The socket a training script attaches to (an external workload), announced on stdout.
+void Node::Impl::open_trainer_socket() {
+  const std::string path =
+      o.trainer_socket.empty() ? (state_dir / "trainer.sock").string() : o.trainer_socket;
+  ExternalWorkload::Options eo;
+  eo.socket_path = path;
+  eo.shm_name = "/grove-" + transport::to_hex(host->id()).substr(0, 16);
+  eo.stopping = [this] { return stopping.load(); };
+  eo.on_state = [this](const std::string& s) { publish_status(s); };
+  external_owner = std::make_unique<ExternalWorkload>(eo);
+  std::printf("  trainer  attach with grove.attach(socket=\"%s\") (waiting for one)\n",
+              path.c_str());
+  std::fflush(stdout);
 }
 
 // Host strand: what we advertise from now on (member record, ready records, state offers).
@@ -1222,6 +1257,8 @@ int Node::Impl::train() {
   });
   stop_checkpoint_writer();
   checkpoint(engine_state());
+  if (external)
+    external->say_goodbye(stopping ? "the node was stopped (signal)" : "the node ended its run");
   left_f.wait_for(3s);
   evaluate();
   summary(training_since);
@@ -1291,6 +1328,19 @@ void Node::Impl::summary(SteadyClock::time_point training_since) {
               param_bytes / 1e6);
   const auto [hs, rs, r] = on_strand(
       host->executor(), [&] { return std::make_tuple(host->stats(), host->relay_stats(), reach); });
+  if (external) {
+    const auto h = external->handoff(true);
+    const auto per = [](double s, std::uint64_t n) { return n ? 1e3 * s / n : NAN; };
+    std::printf(
+        "  trainer   %.1f MB of parameters; the node took them %llu time(s), %.1f ms each, gave "
+        "them %llu time(s), %.1f ms each; a memcpy of the same bytes: %.1f ms\n",
+        h.bytes / 1e6, static_cast<unsigned long long>(h.gets), per(h.get_s, h.gets),
+        static_cast<unsigned long long>(h.sets), per(h.set_s, h.sets), 1e3 * h.memcpy_s);
+    event("handoff", ",\"bytes\":" + json_number(h.bytes) +
+                         ",\"get_ms\":" + json_number(per(h.get_s, h.gets)) +
+                         ",\"set_ms\":" + json_number(per(h.set_s, h.sets)) +
+                         ",\"memcpy_ms\":" + json_number(1e3 * h.memcpy_s));
+  }
   std::printf(
       "  network   %s; %llu connection(s) dialed back at our request; relayed for others: %llu "
       "circuit(s), %llu dial-back(s) passed on\n",

@@ -30,25 +30,13 @@ void pack_f64(msgpack::sbuffer& sb, mp::Packer& p, double v) {
   }
 }
 
+// Floats must be finite (NaN travels as nil); pack_double writes a whole number as an integer,
+// so -2.0 comes back as a negative one.
 bool get_f64(const mp::Obj& o, double& out) {
-  switch (o.type) {
-    case msgpack::type::NIL:
-      out = NAN;
-      return true;
-    case msgpack::type::FLOAT32:
-    case msgpack::type::FLOAT64:
-      out = o.via.f64;
-      return std::isfinite(out);
-    // pack_double writes a whole number as an integer, so -2.0 comes back as a negative one.
-    case msgpack::type::POSITIVE_INTEGER:
-      out = static_cast<double>(o.via.u64);
-      return true;
-    case msgpack::type::NEGATIVE_INTEGER:
-      out = static_cast<double>(o.via.i64);
-      return true;
-    default:
-      return false;
-  }
+  if ((o.type == msgpack::type::FLOAT32 || o.type == msgpack::type::FLOAT64) &&
+      !std::isfinite(o.via.f64))
+    return false;
+  return mp::get_number(o, out);
 }
 
 std::string num(double v, const char* fmt) {

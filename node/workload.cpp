@@ -27,6 +27,8 @@ std::unique_ptr<Workload> make_workload(const WorkloadSpec& spec) {
   switch (spec.config.workload) {
     case WorkloadKind::mlp:
       return make_mlp_workload(spec);
+    case WorkloadKind::external:
+      throw transport::ConfigError("an external workload is the trainer's (ExternalWorkload)");
     case WorkloadKind::gpt:
       if (auto f = gpt_factory.load()) return f(spec);
       throw transport::ConfigError(

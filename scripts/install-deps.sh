@@ -10,6 +10,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libtorch-dev libopenblas0-pthread # OpenBLAS: ~11x faster libtorch CPU training than reference BLAS
   python3-torch                     # reference checks and the Gloo baseline (/usr/bin/python3)
+  python3-numpy python3-msgpack     # the grove Python package (node/python): trainers
   avahi-daemon dbus-daemon          # LAN discovery tests run a private daemon pair
   libminiupnpc-dev                  # UPnP IGD port mapping on home routers
   nftables                          # the NAT tests: routers that masquerade, in namespaces

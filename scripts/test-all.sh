@@ -4,23 +4,23 @@
 #
 #   (a) scripts/install-deps.sh                     (apt is skipped when everything is installed)
 #   (b) build/       RelWithDebInfo: build, ctest
-#   (c) build-asan/  GCC, ASan + UBSan (assertions on): build, ctest (all but label netns)
+#   (c) build-asan/  GCC, ASan + UBSan (assertions on): build, ctest (all but labels netns, long)
 #   (d) build-fuzz/  clang, libFuzzer (assertions on): each fuzz target for a short slice over a
 #                    fresh copy of its seed corpus (in fuzz-corpus/); any crash fails the script
 #
 # Environment:
 #   GROVE_TEST_QUICK=1       run (a) and (b) only, for local iteration
-#   GROVE_FUZZ_SECONDS=N     seconds per fuzz target in (d) (default 45; the node's small
+#   GROVE_FUZZ_SECONDS=N     seconds per fuzz target in (d) (default 30; the node's small
 #                            stateless decoders in fuzz_short get a third of it)
 set -euo pipefail
 
 cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.."
 
 readonly jobs=2
-readonly fuzz_seconds=${GROVE_FUZZ_SECONDS:-45}
+readonly fuzz_seconds=${GROVE_FUZZ_SECONDS:-30}
 # One text or file in, no protocol core behind it: these cover their decoder within seconds, and a
 # shorter slice keeps CI under 30 minutes.
-readonly fuzz_short=" run_config checkpoint status "
+readonly fuzz_short=" run_config checkpoint status trainer "
 readonly quick=${GROVE_TEST_QUICK:-0}
 # Sanitizer and fuzz builds keep assert() (RelWithDebInfo's default flags add -DNDEBUG).
 readonly checked_flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g")
@@ -70,11 +70,12 @@ step "(c) build-asan/: configure and build (ASan + UBSan)"
 configure_and_build build-asan "${checked_flags[@]}" \
   -DGROVE_SANITIZE=ON -DGROVE_BUILD_BENCH=OFF -DGROVE_WITH_TORCH=OFF \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1"
-step "(c) build-asan/: ctest (without the namespace tests: they run in (b) and take minutes)"
+step "(c) build-asan/: ctest (without the tests labelled netns or long: they run in (b))"
 # The namespace tests (label netns: NAT routers, miniupnpd, Avahi) drive the same code paths as
-# the loopback process tests, which do run here: relays, dial-backs, address-less peers.
+# the loopback process tests, which do run here: relays, dial-backs, address-less peers; label
+# long marks a second run of code another process test covers here (TrainerProcess.diloco).
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  ctest --test-dir build-asan --output-on-failure -j "$jobs" -LE netns
+  ctest --test-dir build-asan --output-on-failure -j "$jobs" -LE "netns|long"
 
 step "(d) build-fuzz/: configure and build (clang, libFuzzer)"
 drop_stale_cache build-fuzz '^CMAKE_CXX_COMPILER:.*clang++'

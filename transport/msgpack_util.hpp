@@ -36,6 +36,26 @@ inline bool get_u64(const Obj& o, std::uint64_t& out) {
   out = o.via.u64;
   return true;
 }
+/// A number: a float, an integer (a packer may write a whole float as one), or nil (NaN).
+inline bool get_number(const Obj& o, double& out) {
+  switch (o.type) {
+    case msgpack::type::FLOAT32:
+    case msgpack::type::FLOAT64:
+      out = o.via.f64;
+      return true;
+    case msgpack::type::POSITIVE_INTEGER:
+      out = static_cast<double>(o.via.u64);
+      return true;
+    case msgpack::type::NEGATIVE_INTEGER:
+      out = static_cast<double>(o.via.i64);
+      return true;
+    case msgpack::type::NIL:
+      out = __builtin_nan("");
+      return true;
+    default:
+      return false;
+  }
+}
 inline bool get_str(const Obj& o, std::size_t max, std::string& out) {
   if (o.type != msgpack::type::STR || o.via.str.size > max) return false;
   out.assign(o.via.str.ptr, o.via.str.size);

@@ -42,6 +42,7 @@
 #include "node/checkpoint.hpp"
 #include "node/config.hpp"
 #include "node/status.hpp"
+#include "node/trainer_protocol.hpp"
 #include "tests/fuzz/dht_fuzz.hpp"
 #include "tests/fuzz/gossip_fuzz.hpp"
 #include "transport/crypto.hpp"
@@ -875,11 +876,50 @@ void status_seeds(const fs::path& dir) {
 }
 }  // namespace
 
+void trainer_seeds(const fs::path& dir) {
+  auto put = [&](const std::string& name, const Buf& data) {
+    std::string why;
+    const bool ok = node::decode_trainer_message(data, &why).has_value();
+    write(dir, name, data, ok ? "ok" : why.c_str());
+  };
+  node::TrainerHello h;
+  h.version = node::kTrainerProtocol;
+  h.model.tensors = {{"0.weight", {32, 8}, "float32"},
+                     {"0.bias", {32}, "float32"},
+                     {"2.weight", {1, 32}, "bfloat16"},
+                     {"2.bias", {1}, "float16"}};
+  h.outer = node::OuterKind::noloco;
+  h.inner_steps = 50;
+  h.noloco_alpha = 0.5f;
+  h.pid = 4242;
+  put("hello.bin", node::encode_trainer_message(h));
+  h.outer = node::OuterKind::diloco;
+  h.outer_lr = 0.7f;
+  h.outer_momentum = 0.9f;
+  h.noloco_alpha.reset();
+  put("hello_diloco.bin", node::encode_trainer_message(h));
+  h.model.tensors[0].dtype = "int64";
+  put("hello_int_dtype.bin", node::encode_trainer_message(h));
+  h.model.tensors[0].dtype = "float32";
+  h.model.tensors[0].shape = {1ull << 20, 1ull << 20};  // 2^40 parameters: too many
+  put("hello_too_big.bin", node::encode_trainer_message(h));
+  node::TrainerStep st;
+  st.loss = 0.125;
+  st.tokens = 4096;
+  put("step.bin", node::encode_trainer_message(st));
+  put("step_nan.bin", node::encode_trainer_message(node::TrainerStep{}));
+  put("stored.bin", node::encode_trainer_message(node::TrainerStored{}));
+  // What the node sends is not a trainer message: rejected.
+  put("go.bin", node::encode_go(true));
+  put("welcome.bin", node::encode_welcome("/grove-0123456789abcdef", 4096, "external-0123456789ab",
+                                          node::RunConfig{}));
+}
+
 int main(int argc, char** argv) {
   const std::map<std::string, void (*)(const fs::path&)> corpora{
       {"frame", frame_seeds},   {"handshake", handshake_seeds},   {"dht", dht_seeds},
       {"gossip", gossip_seeds}, {"run_config", run_config_seeds}, {"checkpoint", checkpoint_seeds},
-      {"status", status_seeds}};
+      {"status", status_seeds}, {"trainer", trainer_seeds}};
   std::vector<std::string> names(argv + std::min(argc, 2), argv + argc);
   bool known = argc >= 2;
   for (const auto& n : names) known = known && corpora.count(n);

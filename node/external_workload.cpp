@@ -1,0 +1,414 @@
+#include "node/external_workload.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+
+#include <spdlog/spdlog.h>
+
+#include "transport/error.hpp"
+
+namespace grove::node {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using transport::ConfigError;
+constexpr auto kSlice = std::chrono::milliseconds(200);  // waits re-check `stopping` this often
+constexpr auto kHelloWait = std::chrono::seconds(10);
+constexpr auto kStoreWait = std::chrono::seconds(120);
+constexpr auto kWriteWait = std::chrono::seconds(10);
+
+enum class Got { message, closed, timed_out, stopped };
+
+std::string sys_error(const char* what) {
+  return std::string(what) + ": " + std::strerror(errno);
+}
+
+}  // namespace
+
+struct ExternalWorkload::Impl {
+  Options o;
+  int listen_fd = -1;
+  int conn = -1;  // the attached trainer
+  std::uint64_t pid = 0;
+  std::optional<TrainerHello> first;  // bootstrap: the trainer waiting for its welcome
+  RunConfig run;
+  std::string run_name;
+  bool bound = false;
+  int shm_fd = -1;
+  float* shm = nullptr;
+  std::size_t params = 0;
+  std::vector<float> theta;  // the node's latest θ, handed to a trainer that attaches later
+  bool have_theta = false;
+  bool pending_load = false;  // shared memory holds a θ the trainer has not loaded yet
+  double loss_sum = 0, eval_loss = NAN, last_value = NAN;
+  Handoff stats;
+  std::size_t losses = 0;
+
+  bool stopping() const { return o.stopping && o.stopping(); }
+  void state(const std::string& s) const {
+    if (o.on_state) o.on_state(s);
+  }
+
+  // Writes one frame, waiting at most kWriteWait for the socket; false when the trainer is gone.
+  bool send(int fd, const std::vector<std::uint8_t>& body) const {
+    std::vector<std::uint8_t> f(4 + body.size());
+    const auto n = static_cast<std::uint32_t>(body.size());
+    f[0] = static_cast<std::uint8_t>(n >> 24);
+    f[1] = static_cast<std::uint8_t>(n >> 16);
+    f[2] = static_cast<std::uint8_t>(n >> 8);
+    f[3] = static_cast<std::uint8_t>(n);
+    std::memcpy(f.data() + 4, body.data(), body.size());
+    const auto deadline = Clock::now() + kWriteWait;
+    std::size_t at = 0;
+    while (at < f.size()) {
+      const ssize_t w = ::send(fd, f.data() + at, f.size() - at, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (w > 0) {
+        at += static_cast<std::size_t>(w);
+        continue;
+      }
+      if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return false;
+      if (Clock::now() >= deadline) return false;
+      pollfd p{fd, POLLOUT, 0};
+      ::poll(&p, 1, static_cast<int>(kSlice.count()));
+    }
+    return true;
+  }
+
+  // Reads exactly n bytes; `deadline` (nullopt: none) and `stopping` end the wait. While it
+  // waits, trainers that connect in addition are refused.
+  Got read_exact(int fd, std::uint8_t* out, std::size_t n,
+                 std::optional<Clock::time_point> deadline) {
+    std::size_t at = 0;
+    while (at < n) {
+      if (stopping()) return Got::stopped;
+      if (deadline && Clock::now() >= *deadline) return Got::timed_out;
+      std::array<pollfd, 2> p{{{fd, POLLIN, 0}, {listen_fd, POLLIN, 0}}};
+      const int r = ::poll(p.data(), listen_fd >= 0 ? 2 : 1, static_cast<int>(kSlice.count()));
+      if (r < 0 && errno != EINTR) return Got::closed;
+      if (r > 0 && (p[1].revents & POLLIN) && fd == conn) refuse_extra();
+      if (r <= 0 || !(p[0].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      const ssize_t got = ::recv(fd, out + at, n - at, MSG_DONTWAIT);
+      if (got == 0) return Got::closed;
+      if (got < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) continue;
+        return Got::closed;
+      }
+      at += static_cast<std::size_t>(got);
+    }
+    return Got::message;
+  }
+
+  Got read_message(int fd, std::optional<Clock::time_point> deadline, TrainerMessage& out) {
+    std::array<std::uint8_t, 4> h{};
+    if (auto g = read_exact(fd, h.data(), 4, deadline); g != Got::message) return g;
+    const std::uint32_t n = (std::uint32_t{h[0]} << 24) | (std::uint32_t{h[1]} << 16) |
+                            (std::uint32_t{h[2]} << 8) | h[3];
+    if (n > kMaxTrainerFrame) {
+      spdlog::warn("trainer: a message of {} bytes (at most {}); closing its connection", n,
+                   kMaxTrainerFrame);
+      return Got::closed;
+    }
+    std::vector<std::uint8_t> body(n);
+    if (auto g = read_exact(fd, body.data(), n, deadline); g != Got::message) return g;
+    std::string why;
+    auto m = decode_trainer_message(body, &why);
+    if (!m) {
+      spdlog::warn("trainer: malformed message ({}); closing its connection", why);
+      return Got::closed;
+    }
+    out = std::move(*m);
+    return Got::message;
+  }
+
+  // Someone connected while a trainer is attached: told why not, then closed.
+  void refuse_extra() {
+    const int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) return;
+    send(fd, encode_refused("another trainer (pid " + std::to_string(pid) +
+                            ") is attached to this node; one trainer per node"));
+    ::close(fd);
+    spdlog::info("trainer: refused a second trainer (pid {} is attached)", pid);
+  }
+
+  void drop(const std::string& why) {
+    if (conn < 0) return;
+    spdlog::warn(
+        "trainer: pid {} {}; the node stays in the swarm and waits for a trainer to "
+        "attach again",
+        pid, why);
+    ::close(conn);
+    conn = -1;
+    state("waiting for a trainer");
+  }
+
+  // Accepts connections until one says a hello that may train here (any hello before bind()).
+  // Returns false when stopping.
+  bool accept_trainer() {
+    state("waiting for a trainer");
+    for (;;) {
+      if (stopping()) return false;
+      pollfd p{listen_fd, POLLIN, 0};
+      if (::poll(&p, 1, static_cast<int>(kSlice.count())) <= 0) continue;
+      const int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd < 0) continue;
+      TrainerMessage m;
+      const Got g = read_message(fd, Clock::now() + kHelloWait, m);
+      if (g == Got::stopped) {
+        ::close(fd);
+        return false;
+      }
+      auto* h = g == Got::message ? std::get_if<TrainerHello>(&m) : nullptr;
+      if (!h) {
+        spdlog::warn("trainer: a connection that sent no hello; closed");
+        ::close(fd);
+        continue;
+      }
+      if (bound) {
+        if (auto why = check_hello(*h, run); !why.empty()) {
+          spdlog::warn("trainer: refused pid {}: {}", h->pid, why);
+          send(fd, encode_refused(why));
+          ::close(fd);
+          continue;
+        }
+      } else if (h->version != kTrainerProtocol) {
+        send(fd, encode_refused(check_hello(*h, run)));
+        ::close(fd);
+        continue;
+      }
+      conn = fd;
+      pid = h->pid;
+      if (!bound) {
+        first = std::move(*h);
+        return true;
+      }
+      welcome();
+      return conn >= 0;
+    }
+  }
+
+  void welcome() {
+    // A trainer that attaches mid-run starts from the node's θ, in shared memory before the
+    // trainer can touch it (it may use the segment as its parameters' storage).
+    if (have_theta) {
+      std::memcpy(shm, theta.data(), params * sizeof(float));
+      pending_load = true;
+    }
+    if (!send(conn, encode_welcome(o.shm_name, params * sizeof(float), run_name, run))) {
+      drop("went away before its welcome");
+      return;
+    }
+    spdlog::info("trainer: pid {} attached ({} tensors, {} parameters, shared memory {})", pid,
+                 run.model_tensors, params, o.shm_name);
+    state("training");
+  }
+};
+
+ExternalWorkload::ExternalWorkload(Options o) : impl_(std::make_unique<Impl>()) {
+  impl_->o = std::move(o);
+  const auto& path = impl_->o.socket_path;
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  if (path.empty() || path.size() >= sizeof a.sun_path)
+    throw ConfigError("trainer socket path must be 1 to " + std::to_string(sizeof a.sun_path - 1) +
+                      " bytes: " + path);
+  std::memcpy(a.sun_path, path.data(), path.size());
+  // A socket file left by a node that died is replaced; one that answers belongs to a live node.
+  if (const int probe = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0); probe >= 0) {
+    const bool live = ::connect(probe, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    ::close(probe);
+    if (live) throw ConfigError("another grove-node serves trainers at " + path);
+  }
+  ::unlink(path.c_str());
+  impl_->listen_fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (impl_->listen_fd < 0) throw ConfigError(sys_error("trainer socket"));
+  const mode_t old = ::umask(0077);  // the socket file: this user only
+  const int b = ::bind(impl_->listen_fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  ::umask(old);
+  if (b != 0 || ::listen(impl_->listen_fd, 4) != 0)
+    throw ConfigError(sys_error(("trainer socket " + path).c_str()));
+}
+
+ExternalWorkload::~ExternalWorkload() {
+  auto& i = *impl_;
+  if (i.conn >= 0) ::close(i.conn);
+  if (i.listen_fd >= 0) {
+    ::close(i.listen_fd);
+    ::unlink(i.o.socket_path.c_str());
+  }
+  if (i.shm) ::munmap(i.shm, i.params * sizeof(float));
+  if (i.shm_fd >= 0) {
+    ::close(i.shm_fd);
+    ::shm_unlink(i.o.shm_name.c_str());
+  }
+}
+
+std::optional<TrainerHello> ExternalWorkload::wait_for_first_trainer() {
+  if (!impl_->accept_trainer()) return std::nullopt;
+  return impl_->first;
+}
+
+void ExternalWorkload::bind(const RunConfig& run, const std::string& run_name) {
+  auto& i = *impl_;
+  i.run = run;
+  i.run_name = run_name;
+  i.params = static_cast<std::size_t>(run.model_params);
+  const std::size_t bytes = i.params * sizeof(float);
+  ::shm_unlink(i.o.shm_name.c_str());  // a segment left by this node's last life
+  i.shm_fd = ::shm_open(i.o.shm_name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+  if (i.shm_fd < 0) throw ConfigError(sys_error(("shared memory " + i.o.shm_name).c_str()));
+  if (::ftruncate(i.shm_fd, static_cast<off_t>(bytes)) != 0)
+    throw ConfigError(sys_error("shared memory size"));
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, i.shm_fd, 0);
+  if (p == MAP_FAILED)
+    throw ConfigError(sys_error(("shared memory of " + std::to_string(bytes) + " bytes").c_str()));
+  i.shm = static_cast<float*>(p);
+  i.bound = true;
+  if (i.first) {
+    if (auto why = check_hello(*i.first, run); !why.empty()) {
+      spdlog::warn("trainer: refused pid {}: {}", i.pid, why);
+      i.send(i.conn, encode_refused(why));
+      ::close(i.conn);
+      i.conn = -1;
+    } else {
+      i.welcome();
+    }
+    i.first.reset();
+  }
+}
+
+bool ExternalWorkload::attach() {
+  auto& i = *impl_;
+  while (i.conn < 0)
+    if (!i.accept_trainer()) return false;
+  return true;
+}
+
+std::string ExternalWorkload::describe() const {
+  return "external model (" + std::to_string(impl_->run.model_tensors) + " tensors, " +
+         std::to_string(impl_->params) + " parameters)";
+}
+
+std::size_t ExternalWorkload::num_params() const {
+  return impl_->params;
+}
+
+void ExternalWorkload::get_params(std::span<float> out) const {
+  auto& i = *impl_;
+  const auto t0 = Clock::now();
+  while (i.conn >= 0) {
+    if (!i.send(i.conn, encode_store())) {
+      i.drop("went away");
+      break;
+    }
+    TrainerMessage m;
+    const Got g = i.read_message(i.conn, Clock::now() + kStoreWait, m);
+    if (g == Got::message && std::holds_alternative<TrainerStored>(m)) {
+      std::memcpy(out.data(), i.shm, out.size() * sizeof(float));
+      ++i.stats.gets;
+      i.stats.get_s += std::chrono::duration<double>(Clock::now() - t0).count();
+      i.theta.assign(out.begin(), out.end());
+      i.have_theta = true;
+      return;
+    }
+    if (g == Got::stopped) break;
+    i.drop(g == Got::timed_out ? "did not store its parameters within 120 s" : "went away");
+  }
+  // No trainer: the node's latest θ.
+  if (i.have_theta)
+    std::copy(i.theta.begin(), i.theta.end(), out.begin());
+  else
+    std::memcpy(out.data(), i.shm, out.size() * sizeof(float));
+}
+
+void ExternalWorkload::set_params(std::span<const float> in) {
+  auto& i = *impl_;
+  const auto t0 = Clock::now();
+  std::memcpy(i.shm, in.data(), in.size() * sizeof(float));
+  ++i.stats.sets;
+  i.stats.set_s += std::chrono::duration<double>(Clock::now() - t0).count();
+  i.theta.assign(in.begin(), in.end());
+  i.have_theta = true;
+  i.pending_load = true;
+}
+
+StepResult ExternalWorkload::train_step(std::uint64_t) {
+  auto& i = *impl_;
+  for (;;) {
+    if (!attach()) return {NAN, 0};
+    if (!i.send(i.conn, encode_go(i.pending_load))) {
+      i.drop("went away");
+      continue;
+    }
+    i.pending_load = false;
+    TrainerMessage m;
+    const Got g = i.read_message(i.conn, std::nullopt, m);
+    if (g == Got::stopped) return {NAN, 0};
+    if (g != Got::message) {
+      i.drop("went away");
+      continue;
+    }
+    const auto* s = std::get_if<TrainerStep>(&m);
+    if (!s) {
+      i.drop("sent something other than a step");
+      continue;
+    }
+    if (std::isfinite(s->loss)) {
+      i.loss_sum += s->loss;
+      ++i.losses;
+    }
+    if (std::isfinite(s->eval_loss)) i.eval_loss = s->eval_loss;
+    return {s->loss, s->tokens};
+  }
+}
+
+double ExternalWorkload::evaluate() {
+  auto& i = *impl_;
+  // The trainer's own evaluation when it reports one, else its mean training loss since the last
+  // call (the node has no data of its own); with nothing new, the last value again.
+  if (std::isfinite(i.eval_loss))
+    i.last_value = i.eval_loss;
+  else if (i.losses)
+    i.last_value = i.loss_sum / static_cast<double>(i.losses);
+  i.eval_loss = NAN;
+  i.loss_sum = 0;
+  i.losses = 0;
+  return i.last_value;
+}
+
+ExternalWorkload::Handoff ExternalWorkload::handoff(bool measure_memcpy) const {
+  auto h = impl_->stats;
+  h.bytes = static_cast<double>(impl_->params * sizeof(float));
+  if (measure_memcpy && impl_->shm && h.bytes <= 2e9) {  // two more copies of θ for this
+    std::vector<float> a(impl_->params), b(impl_->params);
+    std::memcpy(a.data(), impl_->shm, a.size() * sizeof(float));  // both buffers touched once
+    std::memcpy(b.data(), a.data(), b.size() * sizeof(float));
+    for (int k = 0; k < 3; ++k) {
+      const auto t0 = Clock::now();
+      std::memcpy(b.data(), a.data(), b.size() * sizeof(float));
+      const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+      if (!(s >= h.memcpy_s)) h.memcpy_s = s;
+    }
+  }
+  return h;
+}
+
+void ExternalWorkload::say_goodbye(const std::string& why) {
+  auto& i = *impl_;
+  if (i.conn < 0) return;
+  i.send(i.conn, encode_bye(why));
+  ::close(i.conn);
+  i.conn = -1;
+}
+
+}  // namespace grove::node

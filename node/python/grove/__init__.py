@@ -1,0 +1,325 @@
+"""Drive grove-node from your own PyTorch training script.
+
+grove-node runs the swarm (membership, matchmaking, NoLoCo pair averaging or DiLoCo all-reduce,
+state sync, checkpoints); your script keeps its model, data, optimiser and loop::
+
+    import grove
+
+    node = grove.attach()                      # the local grove-node (--workload external)
+    outer = node.noloco(model, inner_steps=50)  # or node.diloco(model, inner_steps=500, ...)
+    for batch in loader:
+        loss = loss_fn(model(batch)); loss.backward(); opt.step(); opt.zero_grad()
+        outer.step()                           # the node's outer round every inner_steps calls
+        node.report(loss=loss.item())          # shows in `grove-node status` and the metrics
+
+Start the node first (``grove-node --bootstrap --workload external`` for a new swarm, or
+``grove-node --peer HOST:PORT`` to join one), or let :func:`attach` start it with ``start=[...]``.
+
+How it works: the script and its node talk over a Unix socket (small msgpack messages) and share
+the parameters through a shared-memory segment of the node, so a large model is never copied
+through the socket. CPU float32 parameters are re-pointed into that segment (no copy at all);
+others (GPU, half precision) are copied in and out of it when the node asks. The node never
+executes anything the script sends. Uses only Debian's python3-torch, python3-numpy and
+python3-msgpack.
+"""
+
+import mmap
+import os
+import socket as _socket
+import struct
+import subprocess
+import time
+
+import msgpack
+import numpy as np
+import torch
+
+__all__ = ["attach", "Node", "Outer", "GroveError", "Refused", "NodeGone", "NodeStopped",
+           "default_socket"]
+
+PROTOCOL = 1
+_MAX_FRAME = 8 << 20
+
+
+class GroveError(RuntimeError):
+    """A problem with the node this script is attached to."""
+
+
+class Refused(GroveError):
+    """The node refused this trainer (another model than the run's, another trainer attached)."""
+
+
+class NodeGone(GroveError):
+    """The node's process went away (it crashed or was killed); restart it and attach again."""
+
+
+class NodeStopped(GroveError):
+    """The node ended its run or was stopped; the training loop should end."""
+
+
+def default_socket(state_dir=None):
+    """The socket of the node using ``state_dir`` (grove-node's default state directory when None:
+    $XDG_DATA_HOME/grove-node or ~/.local/share/grove-node)."""
+    if state_dir is None:
+        base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local",
+                                                               "share")
+        state_dir = os.path.join(base, "grove-node")
+    return os.path.join(state_dir, "trainer.sock")
+
+
+def attach(socket=None, state_dir=None, start=None, node_binary=None, timeout=60.0):
+    """Attach to the local grove-node and return a :class:`Node`.
+
+    socket: the node's trainer socket (default: ``default_socket(state_dir)``, or $GROVE_SOCKET).
+    start: grove-node arguments (e.g. ``["--peer", "203.0.113.5:7400"]`` or ``["--bootstrap",
+        "--workload", "external"]``); when no node answers at the socket, one is started with
+        them (and ``--state-dir``/``--trainer-socket`` set to match), and stopped when the
+        returned node is closed.
+    node_binary: the grove-node program (default: $GROVE_NODE, else ``grove-node`` on PATH).
+    timeout: seconds to wait for the socket to answer.
+    """
+    path = socket or os.environ.get("GROVE_SOCKET") or default_socket(state_dir)
+    process = None
+    sock = _connect(path)
+    if sock is None and start is not None:
+        binary = node_binary or os.environ.get("GROVE_NODE") or "grove-node"
+        args = [binary] + list(start) + ["--trainer-socket", path, "--no-progress"]
+        if state_dir is not None:
+            args += ["--state-dir", state_dir]
+        process = subprocess.Popen(args)
+    deadline = time.monotonic() + timeout
+    while sock is None:
+        if process is not None and process.poll() is not None:
+            raise NodeGone("grove-node exited with status %d before it answered at %s"
+                           % (process.returncode, path))
+        if time.monotonic() > deadline:
+            if process is not None:
+                process.terminate()
+            raise GroveError("no grove-node answers at %s (start one with --workload external, "
+                             "or pass start=[...])" % path)
+        time.sleep(0.1)
+        sock = _connect(path)
+    return Node(sock, path, process)
+
+
+def _connect(path):
+    s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    try:
+        s.connect(path)
+        return s
+    except OSError:
+        s.close()
+        return None
+
+
+class Node:
+    """A grove-node this script is attached to. Choose the outer algorithm with
+    :meth:`noloco` or :meth:`diloco` (once), call the returned :class:`Outer`'s ``step()`` after
+    every optimiser step, and :meth:`report` what you want to see in status and metrics."""
+
+    def __init__(self, sock, path, process=None):
+        self._sock = sock
+        self._path = path
+        self._process = process
+        self._outer = None
+        self._loss = None
+        self._eval_loss = None
+        self._tokens = 0
+        self.run = None  #: the run's name, once attached
+
+    # ---- the algorithm -------------------------------------------------------------------
+    def noloco(self, model, inner_steps=50, alpha=0.5, beta=0.7, gamma=0.7):
+        """NoLoCo: random pairwise averaging with modified Nesterov momentum, no all-reduce.
+
+        The numbers are used when this trainer creates the run (the node was started with
+        --bootstrap); a node that joins an existing run checks them against the run's."""
+        return self._hello(model, {"outer": "noloco", "inner_steps": inner_steps,
+                                   "noloco_alpha": alpha, "noloco_beta": beta,
+                                   "noloco_gamma": gamma})
+
+    def diloco(self, model, inner_steps=500, outer_lr=0.7, momentum=0.9):
+        """DiLoCo: all-reduce of the outer gradients within groups, Nesterov outer step."""
+        return self._hello(model, {"outer": "diloco", "inner_steps": inner_steps,
+                                   "outer_lr": outer_lr, "outer_momentum": momentum})
+
+    def report(self, loss=None, eval_loss=None, tokens=None):
+        """Numbers sent with the next step: the training loss (status and metrics show it), an
+        evaluation loss, tokens (or samples) of this step."""
+        if loss is not None:
+            self._loss = float(loss)
+        if eval_loss is not None:
+            self._eval_loss = float(eval_loss)
+        if tokens is not None:
+            self._tokens = int(tokens)
+
+    def close(self):
+        """Detach (the node stays in the swarm and waits for a trainer); stops a node that
+        :func:`attach` started."""
+        if self._outer is not None:
+            self._outer._release()
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        if self._process is not None:
+            self._process.terminate()
+            self._process.wait()
+            self._process = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # ---- the link ------------------------------------------------------------------------
+    def _hello(self, model, algorithm):
+        if self._outer is not None:
+            raise GroveError("an algorithm was already chosen for this node")
+        params = [(name, p) for name, p in model.named_parameters()]
+        if not params:
+            raise GroveError("the model has no parameters")
+        tensors = [[name, list(p.shape), str(p.dtype).replace("torch.", "")]
+                   for name, p in params]
+        hello = {"op": "hello", "version": PROTOCOL, "tensors": tensors, "pid": os.getpid()}
+        hello.update(algorithm)
+        self._send(hello)
+        msg = self._recv()
+        if msg.get("op") == "refused":
+            raise Refused(msg.get("why", "refused"))
+        if msg.get("op") != "welcome":
+            raise GroveError("unexpected message from the node: %r" % (msg.get("op"),))
+        self.run = msg.get("run")
+        self._outer = Outer(self, params, msg)
+        self._outer._serve()  # the node hands over the swarm's weights, or takes ours
+        return self._outer
+
+    def _send(self, obj):
+        body = msgpack.packb(obj, use_bin_type=True)
+        try:
+            self._sock.sendall(struct.pack(">I", len(body)) + body)
+        except OSError as e:
+            raise NodeGone("the grove-node at %s has gone away (%s)" % (self._path, e)) from None
+
+    def _recv(self):
+        head = self._read(4)
+        (n,) = struct.unpack(">I", head)
+        if n > _MAX_FRAME:
+            raise GroveError("the node sent a message of %d bytes" % n)
+        msg = msgpack.unpackb(self._read(n), raw=False, max_str_len=1 << 16, max_bin_len=0,
+                              max_array_len=64, max_map_len=16, max_ext_len=0)
+        if not isinstance(msg, dict):
+            raise GroveError("the node sent something other than a message")
+        return msg
+
+    def _read(self, n):
+        buf = b""
+        while len(buf) < n:
+            try:
+                chunk = self._sock.recv(n - len(buf))
+            except OSError as e:
+                raise NodeGone("the grove-node at %s has gone away (%s)" % (self._path, e)) from None
+            if not chunk:
+                raise NodeGone("the grove-node at %s has gone away (connection closed); restart "
+                               "it and attach again" % self._path)
+            buf += chunk
+        return buf
+
+
+class Outer:
+    """The outer optimiser as the training loop sees it: call :meth:`step` once after every
+    inner optimiser step. Every ``inner_steps`` calls the node runs an outer round; without the
+    node's --overlap the call returns when the round has ended (the model then holds the new
+    weights), with it at once (the new weights are mixed in at a later step)."""
+
+    def __init__(self, node, params, welcome):
+        self._node = node
+        self.run = welcome.get("run")
+        self.outer = welcome.get("outer")
+        self.inner_steps = welcome.get("inner_steps")
+        nbytes = int(welcome["bytes"])
+        total = sum(p.numel() for _, p in params)
+        if nbytes != 4 * total:
+            raise GroveError("the node's shared memory holds %d bytes, the model needs %d"
+                             % (nbytes, 4 * total))
+        fd = os.open("/dev/shm/" + welcome["shm"].lstrip("/"), os.O_RDWR)
+        try:
+            self._mm = mmap.mmap(fd, nbytes)
+        finally:
+            os.close(fd)
+        flat = torch.from_numpy(np.frombuffer(self._mm, dtype=np.float32, count=total))
+        self._slots = []  # (parameter, its view in shared memory, zero-copy)
+        offset = 0
+        for _, p in params:
+            view = flat[offset:offset + p.numel()].view(p.shape)
+            offset += p.numel()
+            zero_copy = p.device.type == "cpu" and p.dtype == torch.float32
+            self._slots.append([p, view, zero_copy, False])  # last: re-pointed already
+        self.steps = 0
+
+    def step(self):
+        """One inner step done: tell the node, then do what it asks (store or load the weights)
+        until it says go on. Raises NodeStopped when the node has ended its run, NodeGone when
+        it died."""
+        n = self._node
+        msg = {"op": "step", "loss": n._loss, "tokens": n._tokens, "eval_loss": n._eval_loss}
+        n._eval_loss = None
+        n._send(msg)
+        self.steps += 1
+        self._serve()
+
+    def _serve(self):
+        n = self._node
+        while True:
+            msg = n._recv()
+            op = msg.get("op")
+            if op == "store":
+                self._store()
+                n._send({"op": "stored"})
+            elif op == "go":
+                if msg.get("load"):
+                    self._load()
+                else:
+                    self._adopt()
+                return
+            elif op == "bye":
+                raise NodeStopped(msg.get("why", "the node left"))
+            elif op == "refused":
+                raise Refused(msg.get("why", "refused"))
+            else:
+                raise GroveError("unexpected message from the node: %r" % (op,))
+
+    @torch.no_grad()
+    def _store(self):  # shared memory := the model
+        for slot in self._slots:
+            p, view, zero_copy, pointed = slot
+            if not pointed:
+                view.copy_(p.data)
+            if zero_copy and not pointed:
+                p.data = view
+                slot[3] = True
+
+    @torch.no_grad()
+    def _load(self):  # the model := shared memory
+        for slot in self._slots:
+            p, view, zero_copy, pointed = slot
+            if zero_copy:
+                if not pointed:
+                    p.data = view
+                    slot[3] = True
+            else:
+                p.data.copy_(view)
+
+    def _adopt(self):  # no new weights: CPU float32 parameters move into shared memory
+        for slot in self._slots:
+            if slot[2] and not slot[3]:
+                self._store()
+                return
+
+    def _release(self):
+        """Moves re-pointed parameters back into private memory (before the segment goes)."""
+        with torch.no_grad():
+            for slot in self._slots:
+                p, view, zero_copy, pointed = slot
+                if pointed:
+                    p.data = view.clone()
+                    slot[3] = False

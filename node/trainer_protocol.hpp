@@ -1,0 +1,97 @@
+// The trainer link's messages: grove-node --workload external and the user's training process
+// (the Python package in node/python/grove) on the same machine, over a Unix socket.
+//
+// Each message is one msgpack map with an "op" key, framed as [u32 big-endian length][body]
+// (at most kMaxTrainerFrame bytes). The parameters themselves never cross the socket: they sit in
+// a shared-memory segment of the node (float32, the tensors in the order of the hello, each
+// flattened), which the trainer maps.
+//
+//   trainer → node   hello   {version, tensors: [[name, [dims…], dtype]…], outer, inner_steps,
+//                             outer_lr, outer_momentum, noloco_alpha, noloco_beta, noloco_gamma,
+//                             pid}  (the algorithm fields are used only to create a run)
+//                    step    {loss, tokens, eval_loss}  one call of the trainer's step(); it then
+//                                                       waits for "go"
+//                    stored  {}                         the parameters are in shared memory
+//   node → trainer   welcome {shm, bytes, run, outer, inner_steps}
+//                    refused {why}                      the trainer's model is not the run's
+//                    store   {}                         put the parameters in shared memory
+//                    go      {load}                     go on (after loading the parameters from
+//                                                       shared memory when load is true)
+//                    bye     {why}                      the node is leaving
+//
+// Decoding is bounded (frame size, map and array sizes, string lengths, tensor dimensions, the
+// model's size) and never executes or evaluates anything: names are only compared.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "node/config.hpp"
+#include "transport/error.hpp"
+
+namespace grove::node {
+
+inline constexpr std::uint32_t kTrainerProtocol = 1;
+inline constexpr std::size_t kMaxTrainerFrame = 8u << 20;
+inline constexpr std::size_t kMaxTensors = 100'000;
+inline constexpr std::size_t kMaxTensorName = 256;
+inline constexpr std::size_t kMaxTensorDims = 8;
+inline constexpr std::uint64_t kMaxModelParams = 1ull << 36;
+
+struct TensorSpec {
+  std::string name;
+  std::vector<std::uint64_t> shape;
+  std::string dtype;  ///< float32, float16, bfloat16 or float64
+  friend bool operator==(const TensorSpec&, const TensorSpec&) = default;
+};
+
+struct ModelSpec {
+  std::vector<TensorSpec> tensors;
+  std::uint64_t params() const;
+  /// BLAKE2b-256 of the canonical msgpack [[name, [dims…], dtype]…], 64 hex digits.
+  std::string hash_hex() const;
+  friend bool operator==(const ModelSpec&, const ModelSpec&) = default;
+};
+
+struct TrainerHello {
+  std::uint32_t version = 0;
+  ModelSpec model;
+  std::optional<OuterKind> outer;
+  std::uint32_t inner_steps = 0;  ///< 0: not given
+  std::optional<float> outer_lr, outer_momentum, noloco_alpha, noloco_beta, noloco_gamma;
+  std::uint64_t pid = 0;
+  friend bool operator==(const TrainerHello&, const TrainerHello&) = default;
+};
+struct TrainerStep {
+  double loss = NAN;
+  std::uint64_t tokens = 0;
+  double eval_loss = NAN;
+};
+struct TrainerStored {};
+using TrainerMessage = std::variant<TrainerHello, TrainerStep, TrainerStored>;
+
+/// A trainer's message, or malformed with the reason in `why`.
+transport::Result<TrainerMessage> decode_trainer_message(std::span<const std::uint8_t> body,
+                                                         std::string* why = nullptr);
+std::vector<std::uint8_t> encode_trainer_message(const TrainerMessage& m);
+
+/// The run's algorithm fields taken from a hello (at bootstrap): what the trainer chose, on top
+/// of the command line's config.
+void apply_hello(const TrainerHello& h, RunConfig& c);
+/// Empty when a trainer with this hello may train in run `c`; otherwise why not, in words.
+std::string check_hello(const TrainerHello& h, const RunConfig& c);
+
+// Node → trainer.
+std::vector<std::uint8_t> encode_welcome(const std::string& shm, std::uint64_t bytes,
+                                         const std::string& run, const RunConfig& c);
+std::vector<std::uint8_t> encode_refused(const std::string& why);
+std::vector<std::uint8_t> encode_store();
+std::vector<std::uint8_t> encode_go(bool load);
+std::vector<std::uint8_t> encode_bye(const std::string& why);
+
+}  // namespace grove::node

@@ -1,0 +1,137 @@
+// The trainer link's codec and the checks of a trainer against a run (node/trainer_protocol.hpp);
+// the link itself runs end to end in tests/node/trainer_test.py (ctest TrainerProcess.*).
+#include "node/trainer_protocol.hpp"
+
+#include <gtest/gtest.h>
+#include <msgpack.hpp>
+
+namespace grove::node {
+namespace {
+
+TrainerHello small_hello() {
+  TrainerHello h;
+  h.version = kTrainerProtocol;
+  h.model.tensors = {{"fc.weight", {4, 3}, "float32"}, {"fc.bias", {4}, "float32"}};
+  h.outer = OuterKind::diloco;
+  h.inner_steps = 25;
+  h.outer_lr = 0.5f;
+  h.outer_momentum = 0.8f;
+  h.pid = 99;
+  return h;
+}
+
+std::vector<std::uint8_t> packed(const std::function<void(msgpack::packer<msgpack::sbuffer>&)>& f) {
+  msgpack::sbuffer sb;
+  msgpack::packer<msgpack::sbuffer> p(sb);
+  f(p);
+  const auto* d = reinterpret_cast<const std::uint8_t*>(sb.data());
+  return {d, d + sb.size()};
+}
+
+TEST(TrainerProtocol, MessagesRoundTrip) {
+  const auto h = small_hello();
+  auto back = decode_trainer_message(encode_trainer_message(h));
+  ASSERT_TRUE(back);
+  EXPECT_EQ(std::get<TrainerHello>(*back), h);
+  EXPECT_EQ(h.model.params(), 16u);
+  TrainerStep s{0.25, 64, 0.5};
+  back = decode_trainer_message(encode_trainer_message(s));
+  ASSERT_TRUE(back);
+  EXPECT_EQ(std::get<TrainerStep>(*back).loss, 0.25);
+  EXPECT_EQ(std::get<TrainerStep>(*back).tokens, 64u);
+  EXPECT_TRUE(std::holds_alternative<TrainerStored>(
+      *decode_trainer_message(encode_trainer_message(TrainerStored{}))));
+}
+
+TEST(TrainerProtocol, RejectsWhatItMustWithTheReason) {
+  std::string why;
+  const auto bad = [&](const std::vector<std::uint8_t>& b) {
+    why.clear();
+    return !decode_trainer_message(b, &why) && !why.empty();
+  };
+  EXPECT_TRUE(bad(encode_go(true))) << "a node's message";
+  EXPECT_TRUE(bad(packed([](auto& p) { p.pack_array(0); })));
+  auto h = small_hello();
+  h.model.tensors[0].dtype = "int64";
+  EXPECT_TRUE(bad(encode_trainer_message(h)));
+  EXPECT_NE(why.find("not a float type"), std::string::npos) << why;
+  h = small_hello();
+  h.model.tensors[0].shape = {1ull << 30, 1ull << 30};
+  EXPECT_TRUE(bad(encode_trainer_message(h))) << "2^60 parameters";
+  h.model.tensors[0].shape = std::vector<std::uint64_t>(kMaxTensorDims + 1, 2);
+  EXPECT_TRUE(bad(encode_trainer_message(h))) << "too many dimensions";
+  h = small_hello();
+  h.model.tensors.clear();
+  EXPECT_TRUE(bad(encode_trainer_message(h))) << "no tensors";
+  h = small_hello();
+  h.model.tensors[0].name.clear();
+  EXPECT_TRUE(bad(encode_trainer_message(h))) << "an empty name";
+  // A NaN in the algorithm's numbers.
+  EXPECT_TRUE(bad(packed([](auto& p) {
+    p.pack_map(4);
+    p.pack(std::string("op"));
+    p.pack(std::string("hello"));
+    p.pack(std::string("version"));
+    p.pack(1);
+    p.pack(std::string("tensors"));
+    p.pack_array(1);
+    p.pack_array(3);
+    p.pack(std::string("w"));
+    p.pack_array(1);
+    p.pack(3);
+    p.pack(std::string("float32"));
+    p.pack(std::string("outer_lr"));
+    p.pack(std::nan(""));
+  })));
+  auto trunc = encode_trainer_message(small_hello());
+  trunc.pop_back();
+  EXPECT_TRUE(bad(trunc)) << "truncated";
+}
+
+TEST(TrainerProtocol, TheFirstTrainerMakesTheRunAndLaterOnesMustMatchIt) {
+  const auto h = small_hello();
+  RunConfig c;
+  c.workload = WorkloadKind::external;  // as --bootstrap --workload external
+  apply_hello(h, c);
+  ASSERT_EQ(c.check(), "");
+  EXPECT_EQ(c.outer, OuterKind::diloco);
+  EXPECT_EQ(c.inner_steps, 25u);
+  EXPECT_FLOAT_EQ(c.outer_lr, 0.5f);
+  EXPECT_EQ(c.model_params, 16u);
+  EXPECT_EQ(c.model_tensors, 2u);
+  EXPECT_EQ(c.model_spec, h.model.hash_hex());
+  EXPECT_TRUE(c.run_name().starts_with("external-"));
+  auto back = parse_run_config(c.to_text());
+  ASSERT_TRUE(back);
+  EXPECT_EQ(*back, c);
+  EXPECT_EQ(check_hello(h, c), "");
+
+  auto other = h;
+  other.model.tensors[1].shape = {5};
+  EXPECT_NE(check_hello(other, c).find("does not match"), std::string::npos);
+  other = h;
+  other.model.tensors[1].name = "fc.b";  // same sizes, another name
+  EXPECT_NE(check_hello(other, c).find("other parameter names"), std::string::npos);
+  other = h;
+  other.outer = OuterKind::noloco;
+  EXPECT_NE(check_hello(other, c).find("asked for noloco"), std::string::npos);
+  other = h;
+  other.inner_steps = 26;
+  EXPECT_NE(check_hello(other, c).find("inner steps"), std::string::npos);
+  other = h;
+  other.version = 2;
+  EXPECT_NE(check_hello(other, c).find("protocol version"), std::string::npos);
+  // A trainer that leaves the algorithm to the run is welcome.
+  other = h;
+  other.outer.reset();
+  other.inner_steps = 0;
+  EXPECT_EQ(check_hello(other, c), "");
+  // Built-in runs take no trainer; external fields are refused on them.
+  RunConfig gpt;
+  EXPECT_NE(check_hello(h, gpt).find("built-in"), std::string::npos);
+  gpt.model_params = 5;
+  EXPECT_NE(gpt.check(), "");
+}
+
+}  // namespace
+}  // namespace grove::node
