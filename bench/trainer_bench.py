@@ -135,7 +135,9 @@ def one_run(binary, args, overlap):
             ends = [c for j, c in enumerate(ends)
                     if 0 < j < len(rounds) and rounds[j].get("partners")]
             others = [c for i, c in enumerate(calls) if (i + 1) % h != 0][h:]
+            syncs = [x["sync_ms"] for x in rounds[1:] if x.get("partners")]
             out[name] = {
+                "sync_ms": mean(syncs),
                 "params": r["params"],
                 "inner": mean(r["compute"][h:]) * h,
                 "overhead": mean(ends) - mean(others),
@@ -149,7 +151,10 @@ def one_run(binary, args, overlap):
         for p in procs:
             if p.poll() is None:
                 p.kill()
-        shutil.rmtree(work, ignore_errors=True)
+        if os.environ.get("GROVE_BENCH_KEEP"):
+            print("logs kept in %s" % work)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 def main():
@@ -169,11 +174,11 @@ def main():
                 if h.get("get_ms") else float("nan")
             print("%-10s node %s: %.1fM params; H inner steps %.2f s; per-round overhead in "
                   "step() %.3f s = %.3f x H inner steps (other step() calls %.2f ms); %d/%d rounds "
-                  "averaged; hand-off %.1f ms for %.0f MB vs memcpy %.1f ms: memcpy / hand-off = "
+                  "averaged, mean round %.0f ms as the node sees it; hand-off %.1f ms for %.0f MB vs memcpy %.1f ms: memcpy / hand-off = "
                   "%.2f (target >= 0.5)"
                   % ("overlap" if overlap else "no overlap", name, r["params"] / 1e6, r["inner"],
                      r["overhead"], r["overhead"] / r["inner"], r["plain_call_ms"], r["averaged"],
-                     r["rounds"], h.get("get_ms", float("nan")), h.get("bytes", 0) / 1e6,
+                     r["rounds"], r["sync_ms"], h.get("get_ms", float("nan")), h.get("bytes", 0) / 1e6,
                      h.get("memcpy_ms", float("nan")), ratio), flush=True)
     return 0
 

@@ -51,6 +51,7 @@ struct ExternalWorkload::Impl {
   std::vector<float> theta;  // the node's latest θ, handed to a trainer that attaches later
   bool have_theta = false;
   bool pending_load = false;  // shared memory holds a θ the trainer has not loaded yet
+  bool stored_once = false;   // the attached trainer has stored θ at least once
   double loss_sum = 0, eval_loss = NAN, last_value = NAN;
   Handoff stats;
   std::size_t losses = 0;
@@ -208,6 +209,7 @@ struct ExternalWorkload::Impl {
       drop("went away before its welcome");
       return;
     }
+    stored_once = false;
     spdlog::info("trainer: pid {} attached ({} tensors, {} parameters, shared memory {})", pid,
                  run.model_tensors, params, o.shm_name);
     state("training");
@@ -315,8 +317,13 @@ void ExternalWorkload::get_params(std::span<float> out) const {
     const Got g = i.read_message(i.conn, Clock::now() + kStoreWait, m);
     if (g == Got::message && std::holds_alternative<TrainerStored>(m)) {
       std::memcpy(out.data(), i.shm, out.size() * sizeof(float));
-      ++i.stats.gets;
-      i.stats.get_s += std::chrono::duration<double>(Clock::now() - t0).count();
+      // A trainer's first store moves its parameters into shared memory (a one-time copy):
+      // counted apart from the hand-offs of a running trainer.
+      if (i.stored_once) {
+        ++i.stats.gets;
+        i.stats.get_s += std::chrono::duration<double>(Clock::now() - t0).count();
+      }
+      i.stored_once = true;
       i.theta.assign(out.begin(), out.end());
       i.have_theta = true;
       return;

@@ -63,7 +63,8 @@ class ExternalWorkload final : public Workload {
   void say_goodbye(const std::string& why);
 
   /// θ handed over between the trainer and the node: get_params (the trainer stores θ in shared
-  /// memory, the node copies it out) and set_params (the node copies θ in), and for comparison
+  /// memory, the node copies it out; a trainer's first store, which moves its parameters into
+  /// shared memory, is not counted) and set_params (the node copies θ in), and for comparison
   /// the fastest of three plain copies of the same bytes (measured when asked).
   struct Handoff {
     std::uint64_t gets = 0, sets = 0;

@@ -6,7 +6,9 @@ grove package (node/python): --workload external end to end.
           with each other; one trainer is killed (SIGKILL) and restarted: its node stays in the
           swarm and the new trainer goes on from the node's weights; a fourth node + trainer joins
           mid-run and its trainer starts from the swarm's weights (its own initialisation is
-          different); a trainer with another model is refused with the reason.
+          different); a trainer with another model is refused with the reason; a node killed
+          under its trainer makes the trainer raise NodeGone. The model has a float64 parameter
+          besides its float32 ones, so the copy path and the zero-copy path both run.
   diloco: three nodes + trainers with DiLoCo: rounds averaged, losses fall together.
 
 Usage: trainer_test.py GROVE_NODE noloco|diloco. Exit 77 (skipped) without torch/msgpack.
@@ -50,6 +52,12 @@ def trainer(argv):
     torch.manual_seed(a.init_seed)
     model = torch.nn.Sequential(torch.nn.Linear(8, a.hidden), torch.nn.Tanh(),
                                 torch.nn.Linear(a.hidden, 1))
+    # A float64 parameter: handed over by copy (float32 CPU ones are re-pointed into shared
+    # memory), so both paths of the package run.
+    model.register_parameter("gain", torch.nn.Parameter(torch.ones(1, dtype=torch.float64)))
+
+    def forward(x):
+        return model(x) * model.gain.float()
     gen = torch.Generator().manual_seed(a.data_seed)
     xs = torch.randn(256, 8, generator=torch.Generator().manual_seed(5))
     with torch.no_grad():
@@ -57,7 +65,7 @@ def trainer(argv):
 
     def held_out():
         with torch.no_grad():
-            return torch.nn.functional.mse_loss(model(xs), ys).item()
+            return torch.nn.functional.mse_loss(forward(xs), ys).item()
 
     log = open(a.log, "a", buffering=1)
     node = grove.attach(socket=a.socket, timeout=60)
@@ -75,7 +83,7 @@ def trainer(argv):
             x = torch.randn(32, 8, generator=gen)
             with torch.no_grad():
                 y = teacher(x) + 0.05 * torch.randn(32, 1, generator=gen)
-            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss = torch.nn.functional.mse_loss(forward(x), y)
             loss.backward()
             opt.step()
             opt.zero_grad()
@@ -88,6 +96,9 @@ def trainer(argv):
     except grove.NodeStopped as e:
         log.write(json.dumps({"stopped": str(e), "eval": held_out()}) + "\n")
         return 0
+    except grove.NodeGone as e:
+        log.write(json.dumps({"gone": str(e)}) + "\n")
+        return 4
     finally:
         node.close()
 
@@ -165,6 +176,14 @@ class Swarm:
                 p.kill()
         for p in list(self.trainers.values()) + list(self.nodes.values()):
             p.wait()
+        # A node killed with SIGKILL leaves its shared-memory segment behind.
+        for name in self.nodes:
+            try:
+                for shm in set(re.findall(r"shared memory /(grove-[0-9a-f]+)", self.log(name))):
+                    if os.path.exists("/dev/shm/" + shm):
+                        os.unlink("/dev/shm/" + shm)
+            except OSError:
+                pass
 
     def dump(self):
         for f in sorted(os.listdir(self.work)):
@@ -239,11 +258,22 @@ def run(binary, mode):
             if not reattached["eval"] < 0.5 * first:
                 raise Fail("b's new trainer did not go on from the node's weights")
 
+            # A node that dies: its trainer gets a clear error, not a hang.
+            s.node("y")
+            yt = s.trainer("y", data_seed=6)
+            wait_until("y's trainer attached", lambda: [m for m in lines(os.path.join(work, "y.trainer.jsonl")) if "attached" in m], 120)
+            s.nodes["y"].send_signal(signal.SIGKILL)
+            rc = yt.wait(timeout=60)
+            gone = [m["gone"] for m in lines(os.path.join(work, "y.trainer.jsonl")) if "gone" in m]
+            if rc != 4 or not gone or "gone away" not in gone[0]:
+                raise Fail("y's trainer did not report its node's death (rc %s, %r)" % (rc, gone))
+            print("node y killed: its trainer raised NodeGone: %s" % gone[0])
+
         for n, p in s.nodes.items():
-            if n != "x" and p.wait(timeout=300) != 0:
+            if n not in "xy" and p.wait(timeout=300) != 0:
                 raise Fail("node %s exited with %s" % (n, p.returncode))
         for n, p in s.trainers.items():
-            if n != "x" and p.wait(timeout=60) != 0:
+            if n not in "xy" and p.wait(timeout=60) != 0:
                 raise Fail("trainer %s exited with %s" % (n, p.returncode))
         names = "abcd" if mode == "noloco" else "abc"
         report = []
