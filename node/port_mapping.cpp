@@ -60,6 +60,7 @@ struct PortMapper::Impl {
   IGDdatas data{};
   std::string lan_ip, external;  // external = "ip:port" while mapped
   std::string ext_port;
+  std::string lease;  // seconds as the router took them ("0": a permanent mapping)
 
   ~Impl() {
     if (have_igd) FreeUPNPUrls(&urls);
@@ -106,6 +107,15 @@ struct PortMapper::Impl {
     data = {};
   }
 
+  // Asks the router to forward external `port` to our port for `lease` seconds ("0": until
+  // removed); the same request renews a mapping.
+  int add_mapping(const std::string& port) const {
+    const std::string in_port = std::to_string(o.port);
+    return UPNP_AddPortMapping(urls.controlURL, data.first.servicetype, port.c_str(),
+                               in_port.c_str(), lan_ip.c_str(), o.description.c_str(), "TCP",
+                               nullptr, lease.c_str());
+  }
+
   // Maps our port (the same number outside when free, else up to three random ones). The
   // result is "ip:port" or "".
   std::string map_port() {
@@ -123,16 +133,13 @@ struct PortMapper::Impl {
           ip);
       return {};
     }
-    const std::string in_port = std::to_string(o.port);
     std::mt19937 rng(std::random_device{}());
-    std::string lease = std::to_string(o.lease.count());
+    lease = std::to_string(o.lease.count());
     for (int attempt = 0; attempt < 4; ++attempt) {
       const std::string port =
-          attempt == 0 ? in_port
+          attempt == 0 ? std::to_string(o.port)
                        : std::to_string(std::uniform_int_distribution<int>(20000, 60000)(rng));
-      r = UPNP_AddPortMapping(urls.controlURL, data.first.servicetype, port.c_str(),
-                              in_port.c_str(), lan_ip.c_str(), o.description.c_str(), "TCP",
-                              nullptr, lease.c_str());
+      r = add_mapping(port);
       if (r == 725 && lease != "0") {  // OnlyPermanentLeasesSupported: removed at exit
         lease = "0";
         --attempt;
@@ -182,12 +189,8 @@ struct PortMapper::Impl {
           }
         }
       } else {
-        // Renew: adding the same mapping again extends its lease.
-        const std::string in_port = std::to_string(o.port);
-        const std::string lease = std::to_string(o.lease.count());
-        const int r = UPNP_AddPortMapping(urls.controlURL, data.first.servicetype, ext_port.c_str(),
-                                          in_port.c_str(), lan_ip.c_str(), o.description.c_str(),
-                                          "TCP", nullptr, lease.c_str());
+        // Renew: adding the same mapping again (with the lease the router took) extends it.
+        const int r = add_mapping(ext_port);
         if (r == UPNPCOMMAND_SUCCESS) {
           next = o.lease / 2;
         } else {

@@ -309,11 +309,14 @@ class Outer:
             else:
                 p.data.copy_(view)
 
+    @torch.no_grad()
     def _adopt(self):  # no new weights: CPU float32 parameters move into shared memory
         for slot in self._slots:
-            if slot[2] and not slot[3]:
-                self._store()
-                return
+            p, view, zero_copy, pointed = slot
+            if zero_copy and not pointed:
+                view.copy_(p.data)
+                p.data = view
+                slot[3] = True
 
     def _release(self):
         """Moves re-pointed parameters back into private memory (before the segment goes)."""
