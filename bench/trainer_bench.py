@@ -128,6 +128,9 @@ def one_run(binary, args, overlap):
                        if '"event":"handoff"' in l]
             rounds = [json.loads(l) for l in open(os.path.join(work, name + ".jsonl"))
                       if '"event":"round"' in l]
+            stop = [json.loads(l) for l in open(os.path.join(work, name + ".jsonl"))
+                    if '"event":"stop"' in l]
+            stop = stop[-1] if stop else {}
             # Call k (1-based) with k % H == 0 ends inner phase k / H: the node's round j = k/H - 1
             # runs in it (without overlap). Counted: the rounds after the first that averaged
             # (before the other node trains, a node waits for partners that are not there yet).
@@ -145,6 +148,8 @@ def one_run(binary, args, overlap):
                 "handoff": handoff[-1] if handoff else {},
                 "averaged": sum(1 for x in rounds if x.get("partners")),
                 "rounds": len(rounds),
+                "peak_rss": stop.get("peak_rss_bytes") or float("nan"),
+                "checkpoint_s": stop.get("checkpoint_s") or float("nan"),
             }
         return out
     finally:
@@ -180,6 +185,10 @@ def main():
                      r["overhead"], r["overhead"] / r["inner"], r["plain_call_ms"], r["averaged"],
                      r["rounds"], r["sync_ms"], h.get("get_ms", float("nan")), h.get("bytes", 0) / 1e6,
                      h.get("memcpy_ms", float("nan")), ratio), flush=True)
+            print("%-10s node %s: peak RSS %.2f GB = %.1f x the parameter bytes; checkpoint "
+                  "(written in the background) %.2f s"
+                  % ("", name, r["peak_rss"] / 1e9, r["peak_rss"] / (4 * r["params"]),
+                     r["checkpoint_s"]), flush=True)
     return 0
 
 

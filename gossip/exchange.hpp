@@ -52,6 +52,8 @@ class GroupExchange final : public Protocol {
 
   /// Per tensor: the mean of ours and every completed partner's (valid once finished()).
   const std::vector<std::vector<float>>& mean() const { return mean_; }
+  /// Moves the mean out (for reuse of its buffers once it has been applied).
+  std::vector<std::vector<float>> take_mean() { return std::move(mean_); }
   /// The partners whose tensors were used.
   std::vector<NodeId> completed() const;
   /// Partners that failed, with the reason.

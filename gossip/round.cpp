@@ -231,7 +231,10 @@ void RoundEngine::on_match(MatchResult m, Time now) {
   if (!diloco) {
     auto tensors = std::make_shared<std::vector<std::vector<float>>>();
     if (opts_.noloco.one_tensor()) {
-      tensors->push_back(theta_);
+      // θ moves into the exchange (its mean, ours alone when nobody completes, is what the step
+      // takes): one model-sized copy less while the exchange runs.
+      tensors->push_back(std::move(theta_));
+      theta_.clear();
     } else {
       tensors->push_back(delta());
       tensors->push_back(state_.phi);
@@ -288,6 +291,11 @@ void RoundEngine::on_op_finished(std::unique_ptr<Protocol> p, Time now) {
   if (!p) {
     r.note = "the driver could not run the operation";
     if (round_mode_ == OuterMode::diloco) return begin_sync(state_.round, false, r.note, now);
+    if (theta_.empty()) {  // θ went with the exchange: this inner phase is lost, φ stays
+      r.local_only = true;
+      r.note += "; the inner phase's θ went with it: slow weights unchanged";
+      return finish_round(std::move(r), now);
+    }
     apply_local(r);
     return finish_round(std::move(r), now);
   }
@@ -306,6 +314,8 @@ void RoundEngine::on_op_finished(std::unique_ptr<Protocol> p, Time now) {
       optim::noloco_step(state_.phi, state_.momentum, mean.at(0), mean.at(1), opts_.noloco,
                          opts_.threads);
     }
+    if (auto m = ex->take_mean(); !m.empty() && m[0].size() == state_.phi.size())
+      r.spare = std::move(m[0]);
     return finish_round(std::move(r), now);
   }
   auto* ar = dynamic_cast<RingAllReduce*>(p.get());
@@ -350,6 +360,7 @@ void RoundEngine::finish_round(RoundReport r, Time now) {
   ++state_.round;
   synced_into_round_ = false;
   r.sync_time = now - submitted_;
+  if (r.spare.empty() && theta_.size() == state_.phi.size()) r.spare = std::move(theta_);
   theta_.clear();
   theta_.shrink_to_fit();
   phase_ = Phase::idle;
@@ -367,12 +378,22 @@ void RoundEngine::publish_self(const char* status) {
   members_.set_self(self);
 }
 
-void RoundEngine::after_state(Time now) {
+void RoundEngine::after_state(Time) {
   phi_hash_ = weights_hash(state_.phi);  // once per new φ: reports, record and checks reuse it
   publish_self("training");
+  state_bytes_.reset();
   if (!opts_.serve_state || !server_) return;
-  auto snap = std::make_shared<StateSnapshot>(run_id_, state_.round, optim::serialize(state_),
-                                              opts_.snapshot_chunk);
+  // Snapshots nobody fetches go before the new one is made: one state's bytes less at the peak.
+  server_->make_room();
+  snapshot_jobs_.clear();  // (a job not taken yet is of an older state)
+  state_bytes_ = std::make_shared<const std::vector<std::uint8_t>>(optim::serialize(state_));
+  snapshot_jobs_.push_back(
+      {++snapshot_seq_, state_.round, run_id_, state_bytes_, opts_.snapshot_chunk});
+}
+
+void RoundEngine::on_snapshot(std::uint64_t seq, std::shared_ptr<const StateSnapshot> snap,
+                              Time now) {
+  if (seq != snapshot_seq_ || !snap || !opts_.serve_state || !server_) return;  // superseded
   server_->add(snap);
   StateOffer o;
   o.address = addresses_.empty() ? "" : addresses_.front();

@@ -25,8 +25,10 @@
 //
 // The driver (the node's Asio runtime, or sim::Swarm) feeds the DHT and the engine the time,
 // runs the operations from take_ops() with its own clock (StartOp::make), carries the state
-// requests from take_state_requests(), and calls on_timer at next_deadline(). The engine's own
-// time is the DHT's (record time).
+// requests from take_state_requests(), builds the snapshots from take_snapshot_jobs() (hashing
+// a large state takes seconds: the node does it off the engine's thread) and hands them back
+// with on_snapshot(), and calls on_timer at next_deadline(). The engine's own time is the DHT's
+// (record time).
 #pragma once
 
 #include <deque>
@@ -88,6 +90,9 @@ struct RoundReport {
   Time sync_time{0};  ///< submit to new slow weights
   Digest weights_hash{};
   std::string note;
+  /// A φ-sized buffer the engine is done with (the θ it was given, or the exchange's mean made
+  /// in it), for the driver's next θ: its pages are already mapped (empty when there is none).
+  std::vector<float> spare;
 };
 const char* to_string(RoundReport::Kind k);
 
@@ -131,6 +136,10 @@ class RoundEngine {
 
   /// The slow weights, momentum and round (the next inner phase starts from state().phi).
   const optim::OuterState& state() const { return state_; }
+  /// state() in optim::serialize form, made once per new state (the bytes of the snapshot
+  /// served to joiners, shared); nullptr when the engine serves no snapshots. The node writes its
+  /// checkpoints from it, so the state is serialised once per round and not copied for them.
+  std::shared_ptr<const std::vector<std::uint8_t>> state_bytes() const { return state_bytes_; }
   /// Overlap: the fast weights trained during the round, mixed with the new slow weights:
   /// θ = α·θ + (1−α)·φ (the next Δ is still taken against φ).
   void mix(std::span<float> theta, float alpha = 0.5f) const;
@@ -154,6 +163,19 @@ class RoundEngine {
 
   // ---- driver ----
   std::vector<StartOp> take_ops() { return std::exchange(ops_, {}); }
+  /// A state to serve to joiners: its bytes (optim::serialize form), to be cut into chunks and
+  /// hashed (StateSnapshot) by the driver, who hands the snapshot back with its `seq`.
+  struct SnapshotJob {
+    std::uint64_t seq = 0;
+    std::uint64_t round = 0;
+    std::string run_id;
+    std::shared_ptr<const std::vector<std::uint8_t>> bytes;  ///< shared with state_bytes()
+    std::uint32_t chunk_bytes = 0;
+  };
+  std::vector<SnapshotJob> take_snapshot_jobs() { return std::exchange(snapshot_jobs_, {}); }
+  /// The snapshot of job `seq` is built: served and offered, unless the state changed since
+  /// (then it is dropped: a newer job is on its way).
+  void on_snapshot(std::uint64_t seq, std::shared_ptr<const StateSnapshot> snap, Time now);
   /// The operation of a StartOp ended (nullptr: the driver could not run it).
   void on_op_finished(std::unique_ptr<Protocol> p, Time now);
   std::vector<StateDownload::Request> take_state_requests();
@@ -223,6 +245,9 @@ class RoundEngine {
   bool has_state_ = false;
   optim::OuterState state_;
   Digest phi_hash_{};  // BLAKE2b-256 of state_.phi, kept by after_state
+  std::vector<SnapshotJob> snapshot_jobs_;
+  std::shared_ptr<const std::vector<std::uint8_t>> state_bytes_;  // serialize(state_)
+  std::uint64_t snapshot_seq_ = 0;  // of the latest job: the one that matches state_
   std::vector<float> theta_;
   Time submitted_{0};
   OuterMode round_mode_ = OuterMode::noloco;

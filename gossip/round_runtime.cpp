@@ -1,8 +1,10 @@
 #include "gossip/round_runtime.hpp"
 
 #include <algorithm>
-
+#include <chrono>
 #include <future>
+
+#include <boost/asio/post.hpp>
 
 #include <spdlog/spdlog.h>
 
@@ -10,7 +12,19 @@ namespace grove::gossip {
 
 namespace {
 constexpr const char* kStateMethod = "state";
+
+// The engine runs on the DHT strand: while it computes (an outer step, hashing and serialising
+// a large state), DHT messages wait. Long holds are logged: they explain records that arrive
+// expired and windows a node misses.
+template <class Fn>
+void timed(const char* what, Fn&& fn) {
+  const auto t0 = std::chrono::steady_clock::now();
+  fn();
+  const auto ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  if (ms >= 250) spdlog::info("round engine: {} held the DHT strand for {:.0f} ms", what, ms);
 }
+}  // namespace
 
 void serve_state(transport::Host& host, std::shared_ptr<StateServer> server) {
   host.handle(kStateMethod, [server](const transport::PeerInfo& from, transport::Payload body,
@@ -83,7 +97,7 @@ void RoundRuntime::submit(std::vector<float> theta) {
           spdlog::error("round engine busy: θ of this inner phase dropped");
           return;
         }
-        self->engine_->submit(std::move(theta), now);
+        timed("a submit", [&] { self->engine_->submit(std::move(theta), now); });
       });
 }
 
@@ -97,12 +111,22 @@ void RoundRuntime::request_mode(OuterMode mode, std::optional<std::uint64_t> fro
 
 void RoundRuntime::with_engine(std::function<void(RoundEngine&)> fn) {
   dht_->post([self = shared_from_this(), fn = std::move(fn)](dht::DhtNode&, dht::Time) {
-    fn(*self->engine_);
+    timed("a request of the node", [&] { fn(*self->engine_); });
   });
 }
 
+void RoundRuntime::with_engine_wait(const std::function<void(RoundEngine&)>& fn) {
+  std::promise<void> done;
+  auto f = done.get_future();
+  with_engine([&](RoundEngine& e) {
+    fn(e);
+    done.set_value();
+  });
+  f.get();
+}
+
 void RoundRuntime::on_timer(dht::Time now) {
-  if (engine_) engine_->on_timer(now);
+  if (engine_) timed("a timer", [&] { engine_->on_timer(now); });
 }
 
 std::optional<dht::Time> RoundRuntime::next_deadline() const {
@@ -120,17 +144,32 @@ void RoundRuntime::after_event() {
     if (std::all_of(ours.begin(), ours.end(), [](auto& a) { return a.starts_with("relay:"); }))
       for (const auto& [id, addr] : op.addresses)
         if (!addr.empty()) host_->connect(transport::PeerRef::node(id, addr), [](auto&&) {});
-    auto p = op.make(GossipRuntime::now());
-    gossip_->start(std::move(p), std::move(op.addresses), [weak](std::unique_ptr<Protocol> done) {
-      auto self = weak.lock();
-      if (!self) return;
-      // Back from the gossip strand to the DHT strand.
-      auto shared = std::make_shared<std::unique_ptr<Protocol>>(std::move(done));
-      self->dht_->post([weak, shared](dht::DhtNode&, dht::Time now) {
-        if (auto s = weak.lock()) s->engine_->on_op_finished(std::move(*shared), now);
+    // Built on the gossip strand: encoding and hashing a large θ would hold the DHT's.
+    gossip_->start(
+        std::move(op.make), std::move(op.addresses), [weak](std::unique_ptr<Protocol> done) {
+          auto self = weak.lock();
+          if (!self) return;
+          // Back from the gossip strand to the DHT strand.
+          auto shared = std::make_shared<std::unique_ptr<Protocol>>(std::move(done));
+          self->dht_->post([weak, shared](dht::DhtNode&, dht::Time now) {
+            if (auto s = weak.lock())
+              timed("ending a round", [&] { s->engine_->on_op_finished(std::move(*shared), now); });
+          });
+        });
+  }
+  // Snapshots are hashed on a thread of their own (seconds for a large state), then handed back
+  // on the strand. The job holds the engine's serialised state (shared, not copied) and the DHT
+  // runtime, never this object (whose last owner must not be that thread: it joins it).
+  for (auto& job : engine_->take_snapshot_jobs())
+    boost::asio::post(snapshot_pool_, [dht = dht_, weak, job = std::move(job)]() mutable {
+      auto snap = std::make_shared<const StateSnapshot>(job.run_id, job.round, std::move(job.bytes),
+                                                        job.chunk_bytes);
+      dht->post([weak, seq = job.seq, snap = std::move(snap)](dht::DhtNode&,
+                                                              dht::Time now) mutable {
+        if (auto s = weak.lock())
+          timed("serving a snapshot", [&] { s->engine_->on_snapshot(seq, std::move(snap), now); });
       });
     });
-  }
   for (auto& req : engine_->take_state_requests()) {
     const auto timeout = std::max(dht::Time(1), req.deadline - dht::DhtRuntime::wall_now());
     host_->request(transport::PeerRef::node(req.to, req.address), kStateMethod,
@@ -146,7 +185,8 @@ void RoundRuntime::after_event() {
                        auto s = weak.lock();
                        if (!s) return;
                        if (body)
-                         s->engine_->on_state_response(id, *body, now);
+                         timed("a state chunk",
+                               [&] { s->engine_->on_state_response(id, *body, now); });
                        else
                          s->engine_->on_state_failure(id, now);
                      });

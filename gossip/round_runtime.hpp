@@ -1,8 +1,10 @@
 // RoundRuntime: the Asio driver of a RoundEngine (gossip/round.hpp) in the real node. The engine
 // rides on the DHT runtime's strand (dht::DhtRuntime::Rider): its deadlines join the DHT timer and
 // after every DHT event the runtime passes on what the engine produced:
-//   - group operations → GossipRuntime::start, built with the gossip clock; the finished core
-//     comes back to the engine on the DHT strand;
+//   - group operations → GossipRuntime::start, built on the gossip strand with its clock; the
+//     finished core comes back to the engine on the DHT strand;
+//   - snapshot jobs → hashed into a StateSnapshot on a thread of the runtime's own, handed back
+//     on the DHT strand (a state of hundreds of MB takes seconds to hash);
 //   - state requests → transport requests "state" to the donor (request_timeout each); answers
 //     and failures come back to the engine;
 //   - reports → the node's callback (on the DHT strand).
@@ -10,6 +12,8 @@
 // it must run before host->start() and the server is shared with the engine, which adds a
 // snapshot after every round (StateServer is thread-safe).
 #pragma once
+
+#include <boost/asio/thread_pool.hpp>
 
 #include "dht/runtime.hpp"
 #include "gossip/round.hpp"
@@ -40,6 +44,8 @@ class RoundRuntime : public dht::DhtRuntime::Rider,
                     std::function<void(transport::Result<std::uint64_t>)> done);
   /// Runs fn(engine) on the strand (reading state, mixing θ).
   void with_engine(std::function<void(RoundEngine&)> fn);
+  /// with_engine, and waits until fn has run (never call it from the strand).
+  void with_engine_wait(const std::function<void(RoundEngine&)>& fn);
 
   // dht::DhtRuntime::Rider (strand)
   void on_timer(dht::Time now) override;
@@ -57,6 +63,8 @@ class RoundRuntime : public dht::DhtRuntime::Rider,
   std::shared_ptr<dht::Membership> members_;
   ReportFn on_report_;
   std::unique_ptr<RoundEngine> engine_;  // created on the strand
+  // Builds snapshots (hashing) off the strand; declared last: joined first when destroyed.
+  boost::asio::thread_pool snapshot_pool_{1};
 };
 
 }  // namespace grove::gossip

@@ -101,22 +101,44 @@ void GossipRuntime::start(std::unique_ptr<Protocol> p, std::map<NodeId, std::str
                           Done done) {
   asio::post(strand_, [self = shared_from_this(), p = std::move(p),
                        addresses = std::move(addresses), done = std::move(done)]() mutable {
-    const OpId op = p->op();
-    Op& o = self->ops_[op];
-    o.p = std::move(p);
-    o.addresses = std::move(addresses);
-    o.done = std::move(done);
-    o.timer = std::make_unique<asio::steady_timer>(self->strand_);
-    if (auto it = self->early_.find(op); it != self->early_.end()) {
-      auto msgs = std::move(it->second);
-      self->early_.erase(it);
-      for (auto& e : msgs) {
-        self->early_bytes_ -= e.data.size();
-        self->deliver(e.from, op, std::move(e.data));
-      }
-    }
-    self->flush(op);
+    self->begin(std::move(p), std::move(addresses), std::move(done));
   });
+}
+
+void GossipRuntime::start(Make make, std::map<NodeId, std::string> addresses, Done done) {
+  asio::post(strand_, [self = shared_from_this(), make = std::move(make),
+                       addresses = std::move(addresses), done = std::move(done)]() mutable {
+    std::unique_ptr<Protocol> p;
+    try {
+      p = make(now());
+    } catch (const std::exception& e) {
+      spdlog::error("gossip: could not build an operation: {}", e.what());
+    }
+    if (!p) {
+      if (done) done(nullptr);
+      return;
+    }
+    self->begin(std::move(p), std::move(addresses), std::move(done));
+  });
+}
+
+void GossipRuntime::begin(std::unique_ptr<Protocol> p, std::map<NodeId, std::string> addresses,
+                          Done done) {
+  const OpId op = p->op();
+  Op& o = ops_[op];
+  o.p = std::move(p);
+  o.addresses = std::move(addresses);
+  o.done = std::move(done);
+  o.timer = std::make_unique<asio::steady_timer>(strand_);
+  if (auto it = early_.find(op); it != early_.end()) {
+    auto msgs = std::move(it->second);
+    early_.erase(it);
+    for (auto& e : msgs) {
+      early_bytes_ -= e.data.size();
+      deliver(e.from, op, std::move(e.data));
+    }
+  }
+  flush(op);
 }
 
 void GossipRuntime::on_stream_end(const NodeId& from, const OpId& op, std::uint64_t seq, Bytes data,

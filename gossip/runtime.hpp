@@ -44,6 +44,11 @@ class GossipRuntime : public std::enable_shared_from_this<GossipRuntime> {
   using Done = std::function<void(std::unique_ptr<Protocol>)>;
   /// Runs `p` until it finishes. `addresses` tells where to dial members that have no session.
   void start(std::unique_ptr<Protocol> p, std::map<NodeId, std::string> addresses, Done done);
+  /// Builds the operation on the gossip strand (make(now): encoding a large tensor takes time
+  /// that the caller's thread should not spend), then starts it. A make that throws ends the
+  /// operation at once: done(nullptr).
+  using Make = std::function<std::unique_ptr<Protocol>(Time now)>;
+  void start(Make make, std::map<NodeId, std::string> addresses, Done done);
   /// Steady-clock milliseconds: the time base of every core run here.
   static Time now();
   boost::asio::any_io_executor executor() const { return strand_; }
@@ -70,6 +75,7 @@ class GossipRuntime : public std::enable_shared_from_this<GossipRuntime> {
   using Key = std::pair<OpId, NodeId>;
 
   GossipRuntime(std::shared_ptr<transport::Host> host, RuntimeOptions opts);
+  void begin(std::unique_ptr<Protocol> p, std::map<NodeId, std::string> addresses, Done done);
   void on_stream_end(const NodeId& from, const OpId& op, std::uint64_t seq, Bytes data,
                      std::error_code ec);
   void deliver(const NodeId& from, const OpId& op, Bytes data);

@@ -137,14 +137,22 @@ transport::Result<StateRequest> decode_state_request(std::span<const std::uint8_
 
 StateSnapshot::StateSnapshot(std::string run_id, std::uint64_t round,
                              std::vector<std::uint8_t> blob, std::uint32_t chunk_bytes)
-    : blob_(std::move(blob)) {
+    : StateSnapshot(std::move(run_id), round,
+                    std::make_shared<const std::vector<std::uint8_t>>(std::move(blob)),
+                    chunk_bytes) {}
+
+StateSnapshot::StateSnapshot(std::string run_id, std::uint64_t round,
+                             std::shared_ptr<const std::vector<std::uint8_t>> blob,
+                             std::uint32_t chunk_bytes)
+    : blob_(blob ? std::move(blob) : std::make_shared<const std::vector<std::uint8_t>>()) {
+  const auto& b = *blob_;
   manifest_.run_id = std::move(run_id);
   manifest_.round = round;
-  manifest_.size = blob_.size();
+  manifest_.size = b.size();
   manifest_.chunk_bytes = chunk_bytes;
-  for (std::size_t off = 0; off < blob_.size(); off += chunk_bytes)
+  for (std::size_t off = 0; off < b.size(); off += chunk_bytes)
     manifest_.chunks.push_back(transport::blake2b_256(
-        std::span(blob_).subspan(off, std::min<std::size_t>(chunk_bytes, blob_.size() - off))));
+        std::span(b).subspan(off, std::min<std::size_t>(chunk_bytes, b.size() - off))));
   manifest_bytes_ = encode_manifest(manifest_);
   root_ = manifest_root(manifest_bytes_);
 }
@@ -152,19 +160,37 @@ StateSnapshot::StateSnapshot(std::string run_id, std::uint64_t round,
 std::span<const std::uint8_t> StateSnapshot::chunk(std::uint32_t i) const {
   const std::size_t off = std::size_t{i} * manifest_.chunk_bytes;
   if (i >= chunks()) return {};
-  return std::span(blob_).subspan(off,
-                                  std::min<std::size_t>(manifest_.chunk_bytes, blob_.size() - off));
+  return std::span(*blob_).subspan(
+      off, std::min<std::size_t>(manifest_.chunk_bytes, blob_->size() - off));
+}
+
+// Newest first: an older snapshot stays while it fits in the budget (with `held` bytes already
+// held) or a joiner asked for it since the last add(); at most `room` of them.
+void StateServer::prune(std::uint64_t held, std::size_t room) {
+  std::vector<Held> kept;
+  for (auto it = snaps_.rbegin(); it != snaps_.rend() && kept.size() < room; ++it) {
+    if (!it->asked && held + it->snap->size() > budget_) continue;
+    held += it->snap->size();
+    kept.push_back({it->snap, it->asked});
+  }
+  snaps_.assign(kept.rbegin(), kept.rend());
 }
 
 void StateServer::add(std::shared_ptr<const StateSnapshot> s) {
   std::lock_guard lock(mu_);
-  snaps_.push_back(std::move(s));
-  while (snaps_.size() > keep_) snaps_.erase(snaps_.begin());
+  prune(s->size(), std::max<std::size_t>(keep_, 1) - 1);
+  for (auto& h : snaps_) h.asked = false;
+  snaps_.push_back({std::move(s)});
+}
+
+void StateServer::make_room() {
+  std::lock_guard lock(mu_);
+  if (!snaps_.empty()) prune(snaps_.back().snap->size(), std::max<std::size_t>(keep_, 1) - 1);
 }
 
 std::shared_ptr<const StateSnapshot> StateServer::latest() const {
   std::lock_guard lock(mu_);
-  return snaps_.empty() ? nullptr : snaps_.back();
+  return snaps_.empty() ? nullptr : snaps_.back().snap;
 }
 
 transport::Result<std::vector<std::uint8_t>> StateServer::answer(
@@ -172,8 +198,10 @@ transport::Result<std::vector<std::uint8_t>> StateServer::answer(
   auto r = decode_state_request(request);
   if (!r) return r.error();
   std::lock_guard lock(mu_);
-  for (const auto& s : snaps_) {
+  for (const auto& h : snaps_) {
+    const auto& s = h.snap;
     if (s->root() != r->root) continue;
+    h.asked = true;
     if (!r->index) return s->manifest_bytes();
     if (*r->index >= s->chunks()) return errc::rejected;
     const auto c = s->chunk(*r->index);

@@ -69,35 +69,58 @@ class StateSnapshot {
  public:
   StateSnapshot(std::string run_id, std::uint64_t round, std::vector<std::uint8_t> blob,
                 std::uint32_t chunk_bytes = 4u << 20);
+  /// Over bytes shared with their owner (the round engine's serialised state): not copied.
+  StateSnapshot(std::string run_id, std::uint64_t round,
+                std::shared_ptr<const std::vector<std::uint8_t>> blob,
+                std::uint32_t chunk_bytes = 4u << 20);
   const Digest& root() const { return root_; }
   std::uint64_t round() const { return manifest_.round; }
-  std::uint64_t size() const { return blob_.size(); }
+  std::uint64_t size() const { return blob_->size(); }
   const std::vector<std::uint8_t>& manifest_bytes() const { return manifest_bytes_; }
   std::span<const std::uint8_t> chunk(std::uint32_t i) const;
   std::uint32_t chunks() const { return static_cast<std::uint32_t>(manifest_.chunks.size()); }
+  /// The whole snapshot (the bytes its chunks cut up).
+  const std::vector<std::uint8_t>& blob() const { return *blob_; }
 
  private:
-  std::vector<std::uint8_t> blob_;
+  std::shared_ptr<const std::vector<std::uint8_t>> blob_;
   StateManifest manifest_;
   std::vector<std::uint8_t> manifest_bytes_;
   Digest root_{};
 };
 
-/// Answers joiners' requests from the snapshots it holds (the latest `keep` rounds). Thread-safe:
-/// the round engine adds snapshots on its strand while the transport answers on the host's.
+/// Answers joiners' requests from the snapshots it holds: the latest `keep` while they fit in
+/// `budget` bytes, and beyond the budget only those that joiners fetch. The latest is always
+/// held; an older one past the budget is dropped at an add() unless it was asked for since the
+/// add() before. So a node with a large model (a snapshot of hundreds of MB) holds one state's
+/// bytes, except while a joiner downloads a snapshot that a newer round has superseded.
+/// Thread-safe: the round engine adds snapshots on its strand while the transport answers on
+/// the host's.
 class StateServer {
  public:
-  explicit StateServer(std::size_t keep = 2) : keep_(keep) {}
+  explicit StateServer(std::size_t keep = 2, std::uint64_t budget = std::uint64_t{64} << 20)
+      : keep_(keep), budget_(budget) {}
   void add(std::shared_ptr<const StateSnapshot> s);
+  /// Called before a new snapshot is built: drops now what add() would drop then (a new
+  /// snapshot is taken to be the size of the latest), the latest included, so that their bytes
+  /// are freed before the new ones are allocated. Until the add(), joiners are refused the
+  /// dropped snapshots (they retry with the new offer).
+  void make_room();
   std::shared_ptr<const StateSnapshot> latest() const;
   /// The response body, or an error: malformed request, or errc::rejected for a snapshot or
   /// chunk we do not hold (any more).
   transport::Result<std::vector<std::uint8_t>> answer(std::span<const std::uint8_t> request) const;
 
  private:
+  struct Held {
+    std::shared_ptr<const StateSnapshot> snap;
+    mutable bool asked = false;  // since the last add()
+  };
+  void prune(std::uint64_t held, std::size_t room);
   std::size_t keep_;
+  std::uint64_t budget_;
   mutable std::mutex mu_;
-  std::vector<std::shared_ptr<const StateSnapshot>> snaps_;  // oldest first
+  std::vector<Held> snaps_;  // oldest first
 };
 
 struct StateSyncOptions {

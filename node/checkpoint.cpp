@@ -58,6 +58,9 @@ bool emit_checkpoint(const Checkpoint& c,
     put_le(head, data.size(), 8);
     return out(head) && out(data);
   };
+  std::vector<std::uint8_t> serialized;
+  if (!c.outer_bytes) serialized = optim::serialize(c.outer);
+  const std::span<const std::uint8_t> outer = c.outer_bytes ? *c.outer_bytes : serialized;
   std::vector<std::uint8_t> meta;
   put_le(meta, c.step, 8);
   put_le(meta, c.round, 8);
@@ -65,7 +68,7 @@ bool emit_checkpoint(const Checkpoint& c,
   if (!out({reinterpret_cast<const std::uint8_t*>(kMagic), 8}) ||
       !sec(kConf,
            {reinterpret_cast<const std::uint8_t*>(c.config_text.data()), c.config_text.size()}) ||
-      !sec(kMeta, meta) || !sec(kOutr, optim::serialize(c.outer)) || !sec(kWork, c.workload))
+      !sec(kMeta, meta) || !sec(kOutr, outer) || !sec(kWork, c.workload))
     return false;
   const auto d = h.final();
   return sink(d);

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
 #include <system_error>
@@ -31,6 +32,10 @@ struct Checkpoint {
   std::uint64_t round = 0;  ///< outer rounds done (== outer.round)
   std::uint64_t tokens = 0;
   optim::OuterState outer;
+  /// When set, written in place of `outer`: its bytes as optim::serialize() writes them (the
+  /// round engine's state snapshot, shared: a model-sized state is neither copied nor serialised
+  /// again for its checkpoint). decode_checkpoint() fills `outer` and leaves this empty.
+  std::shared_ptr<const std::vector<std::uint8_t>> outer_bytes;
   std::vector<std::uint8_t> workload;  ///< Workload::save() (optimiser state, not θ)
   friend bool operator==(const Checkpoint&, const Checkpoint&) = default;
 };

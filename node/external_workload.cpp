@@ -48,7 +48,9 @@ struct ExternalWorkload::Impl {
   int shm_fd = -1;
   float* shm = nullptr;
   std::size_t params = 0;
-  std::vector<float> theta;  // the node's latest θ, handed to a trainer that attaches later
+  // Shared memory holds a θ the node set or took: a trainer that attaches later starts from it.
+  // The node keeps no copy of its own (θ may be GBs): after a trainer died the segment holds
+  // the θ it trained last (its parameters live there, or its last store).
   bool have_theta = false;
   bool pending_load = false;  // shared memory holds a θ the trainer has not loaded yet
   bool stored_once = false;   // the attached trainer has stored θ at least once
@@ -199,12 +201,9 @@ struct ExternalWorkload::Impl {
   }
 
   void welcome() {
-    // A trainer that attaches mid-run starts from the node's θ, in shared memory before the
-    // trainer can touch it (it may use the segment as its parameters' storage).
-    if (have_theta) {
-      std::memcpy(shm, theta.data(), params * sizeof(float));
-      pending_load = true;
-    }
+    // A trainer that attaches mid-run starts from the θ in shared memory: the node's latest, or
+    // the one its previous trainer trained last.
+    if (have_theta) pending_load = true;
     if (!send(conn, encode_welcome(o.shm_name, params * sizeof(float), run_name, run))) {
       drop("went away before its welcome");
       return;
@@ -324,18 +323,14 @@ void ExternalWorkload::get_params(std::span<float> out) const {
         i.stats.get_s += std::chrono::duration<double>(Clock::now() - t0).count();
       }
       i.stored_once = true;
-      i.theta.assign(out.begin(), out.end());
       i.have_theta = true;
       return;
     }
     if (g == Got::stopped) break;
     i.drop(g == Got::timed_out ? "did not store its parameters within 120 s" : "went away");
   }
-  // No trainer: the node's latest θ.
-  if (i.have_theta)
-    std::copy(i.theta.begin(), i.theta.end(), out.begin());
-  else
-    std::memcpy(out.data(), i.shm, out.size() * sizeof(float));
+  // No trainer: the latest θ in shared memory.
+  std::memcpy(out.data(), i.shm, out.size() * sizeof(float));
 }
 
 void ExternalWorkload::set_params(std::span<const float> in) {
@@ -344,7 +339,6 @@ void ExternalWorkload::set_params(std::span<const float> in) {
   std::memcpy(i.shm, in.data(), in.size() * sizeof(float));
   ++i.stats.sets;
   i.stats.set_s += std::chrono::duration<double>(Clock::now() - t0).count();
-  i.theta.assign(in.begin(), in.end());
   i.have_theta = true;
   i.pending_load = true;
 }

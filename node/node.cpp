@@ -33,6 +33,7 @@
 #include "node/port_mapping.hpp"
 #include "node/status.hpp"
 #include "node/workload.hpp"
+#include "optim/outer.hpp"
 #include "transport/crypto.hpp"
 #include "transport/identity.hpp"
 #include "transport/reach.hpp"
@@ -320,12 +321,6 @@ struct Node::Impl {
     reports.pop_front();
     return r;
   }
-  optim::OuterState engine_state() {
-    std::promise<optim::OuterState> p;
-    auto f = p.get_future();
-    round->with_engine([&p](gossip::RoundEngine& e) { p.set_value(e.state()); });
-    return f.get();
-  }
   void event(const std::string& name, const std::string& extra = {}) {
     if (!metrics.is_open()) return;
     const auto now = std::chrono::system_clock::now();
@@ -362,44 +357,70 @@ struct Node::Impl {
   }
   void serve_status();
   void serve_requests();
-  Checkpoint make_checkpoint(optim::OuterState st) {
+  // What a checkpoint takes from the round engine: its round and its state, as the snapshot it
+  // serves to joiners (shared bytes: nothing model-sized is copied) or, when it serves none, a
+  // copy of the state.
+  struct EngineView {
+    std::uint64_t round = 0;
+    std::shared_ptr<const std::vector<std::uint8_t>> bytes;
+    std::optional<optim::OuterState> state;
+  };
+  static EngineView view_of(const gossip::RoundEngine& e) {
+    EngineView v;
+    v.round = e.state().round;
+    if (auto bytes = e.state_bytes())
+      v.bytes = std::move(bytes);
+    else
+      v.state = e.state();
+    return v;
+  }
+  Checkpoint make_checkpoint(EngineView v) {
     Checkpoint c;
     c.config_text = config.to_text();
     c.step = step;
-    c.round = st.round;
+    c.round = v.round;
     c.tokens = tokens;
-    c.outer = std::move(st);
+    if (v.bytes)
+      c.outer_bytes = std::move(v.bytes);
+    else
+      c.outer = std::move(*v.state);
     c.workload = workload->save();
     return c;
   }
-  // Takes the state by value: callers move their copy in (a model-sized copy less per round).
-  void checkpoint(optim::OuterState st) { write_checkpoint(make_checkpoint(std::move(st))); }
   void write_checkpoint(const Checkpoint& c) {
-    if (auto ec = save_checkpoint(state_dir, c))
+    const auto t0 = SteadyClock::now();
+    if (auto ec = save_checkpoint(state_dir, c)) {
       spdlog::error("checkpoint not written ({}); the previous one stays", ec.message());
+      return;
+    }
+    const double s = std::chrono::duration<double>(SteadyClock::now() - t0).count();
+    std::lock_guard lk(ckpt_mu);
+    ++ckpt_written;
+    ckpt_s += s;
   }
 
-  // With --overlap the checkpoint is written by a thread of its own, so that training does not
-  // stop for the write and fsync (0.3-0.5 s a round for 3M parameters). At most one is in hand:
-  // while it is being written a newer round is not checkpointed (the next one will be). Without
-  // overlap the node waits for the round anyway and writes it before reporting the round.
+  // Checkpoints are written by a thread of their own, so that training does not stop for the
+  // write and fsync (0.3-0.5 s a round for 3M parameters, seconds for 100M): a node killed at
+  // any instant resumes from the last round whose checkpoint was complete, at most two rounds
+  // back (one being written, the next waiting). A round that ends while one waits takes its
+  // place (the waiting one is skipped). The snapshot bytes are shared with the round engine, so
+  // a waiting checkpoint costs no model-sized memory of its own.
+  std::uint64_t ckpt_written = 0;
+  double ckpt_s = 0;
   std::thread ckpt_thread;
   std::mutex ckpt_mu;
   std::condition_variable ckpt_cv;
   std::optional<Checkpoint> ckpt_job;
   bool ckpt_busy = false, ckpt_stop = false;
   std::uint64_t ckpt_skipped = 0;
-  void checkpoint_in_background(optim::OuterState st) {
+  std::optional<std::pair<std::uint64_t, std::uint64_t>> ckpt_last;  // (round, step) last queued
+  void checkpoint_in_background(EngineView v) {
+    if (ckpt_last == std::pair{v.round, step}) return;
+    ckpt_last = {v.round, step};
+    auto c = make_checkpoint(std::move(v));
     {
       std::lock_guard lk(ckpt_mu);
-      if (ckpt_busy || ckpt_job) {
-        ++ckpt_skipped;
-        return;
-      }
-    }
-    auto c = make_checkpoint(std::move(st));
-    {
-      std::lock_guard lk(ckpt_mu);
+      if (ckpt_job) ++ckpt_skipped;
       ckpt_job = std::move(c);
       if (!ckpt_thread.joinable()) ckpt_thread = std::thread([this] { checkpoint_writer(); });
     }
@@ -1029,8 +1050,11 @@ int Node::Impl::train() {
       if (!synced && resume) break;  // nobody offers a state: go on from the checkpoint
     }
     if (synced) {
-      const auto st = engine_state();
-      theta = st.phi;
+      std::uint64_t at = 0;
+      round->with_engine_wait([&](gossip::RoundEngine& e) {
+        theta = e.state().phi;
+        at = e.state().round;
+      });
       workload->set_params(theta);
       if (resume && resume->outer.phi.size() == P) {
         std::string why;
@@ -1038,10 +1062,10 @@ int Node::Impl::train() {
         step = resume->step;
         tokens = resume->tokens;
       }
-      rounds = st.round;
+      rounds = at;
       evaluate();  // a joiner starts from the swarm's loss, not a fresh model's
       std::printf("  synced   round %llu from the swarm: eval loss %s (floor %s)\n",
-                  static_cast<unsigned long long>(st.round), json_number(last_eval).c_str(),
+                  static_cast<unsigned long long>(at), json_number(last_eval).c_str(),
                   json_number(workload->loss_floor()).c_str());
     } else if (resume) {
       if (resume->outer.phi.size() != P) {
@@ -1056,13 +1080,14 @@ int Node::Impl::train() {
       step = resume->step;
       tokens = resume->tokens;
       rounds = resume->round;
-      round->start(resume->outer);
+      round->start(std::move(resume->outer));
       std::printf("  resumed  round %llu, step %llu from the checkpoint\n",
                   static_cast<unsigned long long>(resume->round),
                   static_cast<unsigned long long>(step));
       synced = true;
     }
   }
+  resume.reset();  // (a model-sized state: the engine has its own)
   if (!synced) {
     spdlog::error("could not get the swarm's state");
     return 1;
@@ -1086,7 +1111,7 @@ int Node::Impl::train() {
   double tps = 0;
   // A round's result: the new slow weights become θ (with overlap: θ, trained on meanwhile, is
   // pulled halfway toward them); metrics, progress and a checkpoint follow.
-  const auto apply = [&](const gossip::RoundReport& r) {
+  const auto apply = [&](gossip::RoundReport& r) {
     if (r.kind == gossip::RoundReport::Kind::sync_failed) {
       spdlog::warn("catching up failed: {}", r.note);
       return;
@@ -1095,27 +1120,22 @@ int Node::Impl::train() {
     const bool is_round = r.kind == gossip::RoundReport::Kind::round;
     bytes_sent += r.bytes_sent;
     bytes_received += r.bytes_received;
-    auto st = engine_state();
-    if (o.overlap && is_round) {
-      workload->get_params(theta);
-      std::promise<void> p;
-      auto f = p.get_future();
-      round->with_engine([&](gossip::RoundEngine& e) {
+    const bool mix = o.overlap && is_round;
+    // θ went to the round engine with the last submit; its buffer (pages mapped) comes back.
+    if (r.spare.size() == P) theta = std::move(r.spare);
+    theta.resize(P);
+    if (mix) workload->get_params(theta);
+    EngineView v;
+    round->with_engine_wait([&](gossip::RoundEngine& e) {
+      v = view_of(e);
+      if (mix)
         e.mix(theta, 0.5f);
-        p.set_value();
-      });
-      f.get();
-    } else {
-      theta = st.phi;  // without overlap, or after catching up: start from the new φ
-    }
+      else
+        theta = e.state().phi;  // without overlap, or after catching up: start from the new φ
+    });
     workload->set_params(theta);
-    rounds = st.round;
-    // Without overlap before the round is reported (a printed round is a saved round); with it
-    // in the background.
-    if (o.overlap)
-      checkpoint_in_background(std::move(st));
-    else
-      checkpoint(std::move(st));
+    rounds = v.round;
+    checkpoint_in_background(std::move(v));
     // The first partner's short id ("" when nobody), for the status, the live and round lines.
     const std::string partner =
         r.averaged_with.empty() ? "" : transport::to_hex(r.averaged_with.front()).substr(0, 8);
@@ -1163,8 +1183,9 @@ int Node::Impl::train() {
     event(is_round ? "round" : "synced",
           ",\"mode\":" + json_string(gossip::to_string(r.mode)) + ",\"tokens_per_s\":" +
               json_number(tps) + ",\"round_bytes_sent\":" + std::to_string(r.bytes_sent) +
-              ",\"round_bytes_received\":" + std::to_string(r.bytes_received) + ",\"local_only\":" +
-              (r.local_only ? "true" : "false") + ",\"compute_s\":" + json_number(compute_s) +
+              ",\"round_bytes_received\":" + std::to_string(r.bytes_received) +
+              ",\"local_only\":" + (r.local_only ? "true" : "false") +
+              ",\"note\":" + json_string(r.note) + ",\"compute_s\":" + json_number(compute_s) +
               ",\"eval_s\":" + json_number(eval_s) + ",\"wall_s\":" + json_number(wall));
     if (o.progress) {
       std::printf(
@@ -1238,8 +1259,20 @@ int Node::Impl::train() {
       round->with_engine([patience](gossip::RoundEngine& e) { e.set_patience(patience); });
     }
     if (in_flight && !wait_round(600s)) break;  // overlap: the previous round first
+    theta.resize(P);
     workload->get_params(theta);
-    round->submit(theta);
+    if (!optim::all_finite(theta)) {
+      // A diverged inner phase (a trainer's NaN or Inf) would poison φ and every partner: it is
+      // dropped, and the next one starts from φ.
+      spdlog::error(
+          "the parameters after step {} hold NaN or Inf: this inner phase is dropped "
+          "and training restarts from the slow weights",
+          step);
+      round->with_engine_wait([&](gossip::RoundEngine& e) { theta = e.state().phi; });
+      workload->set_params(theta);
+    }
+    round->submit(std::move(theta));  // moved: one model-sized buffer less while the round runs
+    theta.clear();
     in_flight = true;
     if (o.overlap && !done()) continue;
     if (!wait_round(600s)) break;
@@ -1255,8 +1288,12 @@ int Node::Impl::train() {
   dht->post([this, left](dht::DhtNode&, dht::Time now) {
     members->leave(now, [left] { left->set_value(); });
   });
+  {
+    EngineView v;
+    round->with_engine_wait([&](gossip::RoundEngine& e) { v = view_of(e); });
+    checkpoint_in_background(std::move(v));  // (nothing new since the last one: not written)
+  }
   stop_checkpoint_writer();
-  checkpoint(engine_state());
   if (external)
     external->say_goodbye(stopping ? "the node was stopped (signal)" : "the node ended its run");
   left_f.wait_for(3s);
@@ -1302,7 +1339,9 @@ void Node::Impl::summary(SteadyClock::time_point training_since) {
             ",\"syncs\":" + std::to_string(syncs) + ",\"compute_s\":" + json_number(compute_s) +
             ",\"eval_s\":" + json_number(eval_s) + ",\"wall_s\":" + json_number(wall) +
             ",\"utilization\":" + json_number(util) + ",\"peak_rss_bytes\":" + json_number(peak) +
-            ",\"param_bytes\":" + json_number(param_bytes));
+            ",\"param_bytes\":" + json_number(param_bytes) +
+            ",\"checkpoints\":" + std::to_string(ckpt_written) + ",\"checkpoint_s\":" +
+            json_number(ckpt_written ? ckpt_s / static_cast<double>(ckpt_written) : NAN));
   const std::uint64_t n_rounds = rounds_averaged + rounds_local;
   std::printf(
       "%sstopped at step %llu, round %llu: eval loss %s (floor %s; %s at the first "
@@ -1313,11 +1352,18 @@ void Node::Impl::summary(SteadyClock::time_point training_since) {
   std::printf("  node      %s, run %s, %.2f M tokens trained here\n", me.node.c_str(),
               run_name.c_str(), static_cast<double>(tokens) / 1e6);
   std::printf(
-      "  rounds    %llu here: %llu averaged, %llu local-only; %llu state sync(s); %llu "
-      "checkpoint(s) skipped while one was being written\n",
+      "  rounds    %llu here: %llu averaged, %llu local-only; %llu state sync(s)\n",
       static_cast<unsigned long long>(n_rounds), static_cast<unsigned long long>(rounds_averaged),
-      static_cast<unsigned long long>(rounds_local), static_cast<unsigned long long>(syncs),
-      static_cast<unsigned long long>(ckpt_skipped));
+      static_cast<unsigned long long>(rounds_local), static_cast<unsigned long long>(syncs));
+  {
+    std::lock_guard lk(ckpt_mu);
+    std::printf(
+        "  checkpts  %llu written in the background (mean %.2f s each), %llu skipped (a newer "
+        "round came while they waited)\n",
+        static_cast<unsigned long long>(ckpt_written),
+        ckpt_written ? ckpt_s / static_cast<double>(ckpt_written) : 0.0,
+        static_cast<unsigned long long>(ckpt_skipped));
+  }
   std::printf("  traffic   %.1f MB sent, %.1f MB received; mean sync %.0f ms, mean round %.1f s\n",
               static_cast<double>(bytes_sent) / 1e6, static_cast<double>(bytes_received) / 1e6,
               n_rounds ? sync_ms_sum / static_cast<double>(n_rounds) : 0.0,

@@ -1,6 +1,7 @@
 #include "optim/outer.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cassert>
 #include <cmath>
 #include <cstring>
@@ -171,13 +172,51 @@ bool all_finite(std::span<const float> x) {
 // ---- serialisation ----
 
 namespace {
-constexpr char kMagic[8] = {'G', 'R', 'V', 'O', 'U', 'T', '0', '1'};
+constexpr char kMagic[8] = {'G', 'R', 'V', 'O', 'U', 'T', '0', '2'};
+constexpr char kMagicV1[8] = {'G', 'R', 'V', 'O', 'U', 'T', '0', '1'};  // still read
+constexpr std::uint64_t kFnvBasis = 1469598103934665603ull, kFnvPrime = 1099511628211ull;
 
+// GRVOUT01's checksum: FNV-1a 64, a byte at a time (about 1 s for 800 MB: one dependent
+// multiply per byte).
 std::uint64_t fnv1a(std::span<const std::uint8_t> b) {
-  std::uint64_t h = 1469598103934665603ull;
-  for (std::uint8_t c : b) h = (h ^ c) * 1099511628211ull;
+  std::uint64_t h = kFnvBasis;
+  for (std::uint8_t c : b) h = (h ^ c) * kFnvPrime;
   return h;
 }
+
+std::uint64_t load_le64(const std::uint8_t* p) {
+  std::uint64_t v = 0;
+  if constexpr (std::endian::native == std::endian::little) {
+    std::memcpy(&v, p, 8);
+  } else {
+    for (int i = 0; i < 8; ++i) v |= std::uint64_t{p[i]} << (8 * i);
+  }
+  return v;
+}
+}  // namespace
+
+std::uint64_t state_checksum(std::span<const std::uint8_t> b) {
+  // Four independent lanes over little-endian 64-bit words (word i to lane i mod 4), each step
+  // an FNV-style multiply and an xor-shift (so high bits reach the low ones); the tail a byte at
+  // a time; then the lanes and the length folded together.
+  std::uint64_t h[4] = {kFnvBasis, kFnvBasis ^ 1, kFnvBasis ^ 2, kFnvBasis ^ 3};
+  const std::size_t blocks = b.size() / 32;
+  const std::uint8_t* p = b.data();
+  for (std::size_t i = 0; i < blocks; ++i, p += 32)
+    for (int j = 0; j < 4; ++j) {
+      h[j] = (h[j] ^ load_le64(p + 8 * j)) * kFnvPrime;
+      h[j] ^= h[j] >> 29;
+    }
+  for (std::size_t i = blocks * 32; i < b.size(); ++i) h[0] = (h[0] ^ b[i]) * kFnvPrime;
+  std::uint64_t r = kFnvBasis;
+  for (const std::uint64_t v : {h[0], h[1], h[2], h[3], std::uint64_t{b.size()}}) {
+    r = (r ^ v) * kFnvPrime;
+    r ^= r >> 31;
+  }
+  return r;
+}
+
+namespace {
 void put_u64(std::vector<std::uint8_t>& out, std::uint64_t v) {
   for (int i = 0; i < 8; ++i) out.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
 }
@@ -189,11 +228,15 @@ std::uint64_t get_u64(const std::uint8_t* p) {
 void put_floats(std::vector<std::uint8_t>& out, const std::vector<float>& v) {
   put_u64(out, v.size());
   const std::size_t at = out.size();
-  out.resize(at + v.size() * 4);
-  for (std::size_t i = 0; i < v.size(); ++i) {
-    std::uint32_t u;
-    std::memcpy(&u, &v[i], 4);
-    for (int k = 0; k < 4; ++k) out[at + 4 * i + k] = static_cast<std::uint8_t>(u >> (8 * k));
+  out.resize(at + v.size() * 4);  // (reserved by the caller: no reallocation)
+  if constexpr (std::endian::native == std::endian::little) {
+    if (!v.empty()) std::memcpy(out.data() + at, v.data(), v.size() * 4);
+  } else {
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      std::uint32_t u;
+      std::memcpy(&u, &v[i], 4);
+      for (int k = 0; k < 4; ++k) out[at + 4 * i + k] = static_cast<std::uint8_t>(u >> (8 * k));
+    }
   }
 }
 bool get_floats(std::span<const std::uint8_t>& in, std::size_t max, std::vector<float>& v) {
@@ -202,10 +245,14 @@ bool get_floats(std::span<const std::uint8_t>& in, std::size_t max, std::vector<
   in = in.subspan(8);
   if (n > max || n > in.size() / 4) return false;
   v.resize(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    std::uint32_t u = 0;
-    for (int k = 0; k < 4; ++k) u |= std::uint32_t{in[4 * i + k]} << (8 * k);
-    std::memcpy(&v[i], &u, 4);
+  if constexpr (std::endian::native == std::endian::little) {
+    if (n) std::memcpy(v.data(), in.data(), n * 4);
+  } else {
+    for (std::size_t i = 0; i < n; ++i) {
+      std::uint32_t u = 0;
+      for (int k = 0; k < 4; ++k) u |= std::uint32_t{in[4 * i + k]} << (8 * k);
+      std::memcpy(&v[i], &u, 4);
+    }
   }
   in = in.subspan(n * 4);
   return all_finite(v);
@@ -213,20 +260,24 @@ bool get_floats(std::span<const std::uint8_t>& in, std::size_t max, std::vector<
 }  // namespace
 
 std::vector<std::uint8_t> serialize(const OuterState& s) {
-  std::vector<std::uint8_t> out(kMagic, kMagic + 8);
+  std::vector<std::uint8_t> out;
+  out.reserve(8 + 8 + 3 * 8 + 4 * (s.phi.size() + s.momentum.size() + s.error.size()) + 8);
+  out.assign(kMagic, kMagic + 8);
   put_u64(out, s.round);
   put_floats(out, s.phi);
   put_floats(out, s.momentum);
   put_floats(out, s.error);
-  put_u64(out, fnv1a(out));
+  put_u64(out, state_checksum(out));
   return out;
 }
 
 std::optional<OuterState> deserialize(std::span<const std::uint8_t> bytes, std::size_t max_values) {
-  if (bytes.size() < 8 + 8 + 3 * 8 + 8 || std::memcmp(bytes.data(), kMagic, 8) != 0)
-    return std::nullopt;
+  if (bytes.size() < 8 + 8 + 3 * 8 + 8) return std::nullopt;
+  const bool v1 = std::memcmp(bytes.data(), kMagicV1, 8) == 0;
+  if (!v1 && std::memcmp(bytes.data(), kMagic, 8) != 0) return std::nullopt;
   const auto body = bytes.first(bytes.size() - 8);
-  if (fnv1a(body) != get_u64(bytes.data() + bytes.size() - 8)) return std::nullopt;
+  if ((v1 ? fnv1a(body) : state_checksum(body)) != get_u64(bytes.data() + bytes.size() - 8))
+    return std::nullopt;
   OuterState s;
   s.round = get_u64(body.data() + 8);
   auto in = body.subspan(16);

@@ -257,6 +257,11 @@ void Swarm::service(std::size_t i) {
     gossip_.attach(n.id, std::move(p));
     if (!n.alive) return;
   }
+  for (auto& job : n.engine->take_snapshot_jobs()) {  // built at once (virtual time)
+    auto snap =
+        std::make_shared<gossip::StateSnapshot>(job.run_id, job.round, job.bytes, job.chunk_bytes);
+    dht_.call(i, [&](dht::DhtNode&) { n.engine->on_snapshot(job.seq, std::move(snap), now_); });
+  }
   for (auto& req : n.engine->take_state_requests()) {
     Reply r;
     r.to = i;

@@ -6,8 +6,9 @@
 //   1. as a whole file (magic and BLAKE2b-256 checks);
 //   2. as a file body, sealed by the harness with its BLAKE2b-256 (a fuzzer cannot forge the hash:
 //      this reaches the section parser and optim::deserialize behind it);
-//   3. as the outer state section (optim::serialize's form) without its FNV-1a 64 checksum, which
-//      the harness appends: this reaches the array parser behind that checksum.
+//   3. as the outer state section (optim::serialize's form) without its checksum, which the
+//      harness appends (state_checksum, and the byte-wise FNV-1a 64 of the older GRVOUT01 form):
+//      this reaches the array parser behind that checksum.
 // Properties checked (a violation traps, so libFuzzer records a crash):
 //   - decode_checkpoint never crashes; a rejection says why;
 //   - what it accepts is bounded by the file: encoding the decoded checkpoint again gives exactly
@@ -19,7 +20,8 @@
 //   - with a small max_values it accepts exactly the checkpoints whose arrays fit, with the same
 //     fields;
 //   - an outer state that optim::deserialize accepts holds finite values only, and serialising it
-//     gives back exactly its bytes (the form leaves no freedom).
+//     gives back exactly its bytes (the form leaves no freedom; a GRVOUT01 state is written as
+//     GRVOUT02 and reads back the same).
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -68,20 +70,29 @@ void fuzz_file(std::span<const std::uint8_t> file) {
   check(!decode_checkpoint(file.first(file.size() - 1), nullptr));
 }
 
-// optim's checksum of the outer state (FNV-1a 64 over everything before it, little endian).
-void append_fnv1a(std::vector<std::uint8_t>& b) {
+void append_u64(std::vector<std::uint8_t>& b, std::uint64_t h) {
+  for (int i = 0; i < 8; ++i) b.push_back(static_cast<std::uint8_t>(h >> (8 * i)));
+}
+// GRVOUT01's checksum: FNV-1a 64 over everything before it, a byte at a time.
+std::uint64_t fnv1a(std::span<const std::uint8_t> b) {
   std::uint64_t h = 1469598103934665603ull;
   for (std::uint8_t c : b) h = (h ^ c) * 1099511628211ull;
-  for (int i = 0; i < 8; ++i) b.push_back(static_cast<std::uint8_t>(h >> (8 * i)));
+  return h;
 }
 
 void fuzz_outer_state(std::span<const std::uint8_t> in) {
-  std::vector<std::uint8_t> b(in.begin(), in.end());
-  append_fnv1a(b);
-  auto s = optim::deserialize(b);
-  if (!s) return;
-  check(optim::all_finite(s->phi) && optim::all_finite(s->momentum) && optim::all_finite(s->error));
-  check(optim::serialize(*s) == b);
+  for (const bool v1 : {false, true}) {
+    std::vector<std::uint8_t> b(in.begin(), in.end());
+    append_u64(b, v1 ? fnv1a(b) : optim::state_checksum(b));
+    auto s = optim::deserialize(b);
+    if (!s) continue;
+    check(optim::all_finite(s->phi) && optim::all_finite(s->momentum) &&
+          optim::all_finite(s->error));
+    const auto again = optim::serialize(*s);
+    if (!v1) check(again == b);
+    auto back = optim::deserialize(again);
+    check(back.has_value() && *back == *s);
+  }
 }
 }  // namespace
 

@@ -159,6 +159,8 @@ TEST(StateSync, ServerKeepsTheLatestSnapshotsAndCodecsAreBounded) {
   EXPECT_FALSE(srv.answer(encode_state_request({s[0]->root(), std::nullopt})));  // dropped
   EXPECT_TRUE(srv.answer(encode_state_request({s[1]->root(), 3})));
   EXPECT_FALSE(srv.answer(encode_state_request({s[1]->root(), 99})));  // no such chunk
+  srv.make_room();  // within the budget: the latest stays until the next add
+  EXPECT_TRUE(srv.answer(encode_state_request({s[2]->root(), 0})));
   const auto bytes = s[2]->manifest_bytes();
   EXPECT_TRUE(decode_manifest(bytes, 16));
   EXPECT_FALSE(decode_manifest(bytes, 2));  // more chunks than the bound
@@ -169,6 +171,44 @@ TEST(StateSync, ServerKeepsTheLatestSnapshotsAndCodecsAreBounded) {
   ASSERT_TRUE(back);
   back->donor = o.donor;  // the owner is not encoded (the record's signature proves it)
   EXPECT_EQ(*back, o);
+}
+
+// Past its byte budget a server holds the latest snapshot and, of the older ones, only those a
+// joiner is fetching (asked for since the last add): a large model's node holds one state's bytes.
+TEST(StateSync, PastItsBudgetTheServerHoldsOnlySnapshotsBeingFetched) {
+  StateServer srv(2, 1500);  // room for one 1000-byte snapshot
+  std::vector<std::shared_ptr<StateSnapshot>> s;
+  const auto add = [&] {
+    const auto r = static_cast<std::uint64_t>(s.size());
+    s.push_back(std::make_shared<StateSnapshot>("run-s", r, random_blob(1000, r), 256));
+    srv.add(s.back());
+  };
+  const auto held = [&](std::size_t i) {
+    return srv.answer(encode_state_request({s[i]->root(), std::nullopt})).has_value();
+  };
+  add();
+  add();
+  EXPECT_FALSE(held(0));  // superseded, nobody asked for it, over the budget
+  EXPECT_TRUE(held(1));   // a joiner starts fetching s1 (a probe is a fetch)
+  add();
+  EXPECT_TRUE(held(1));  // held while it is fetched
+  add();
+  EXPECT_FALSE(held(2));  // superseded by s3 before anyone asked for it
+  EXPECT_TRUE(held(1));   // still fetched
+  EXPECT_TRUE(held(3));   // another joiner fetches s3
+  add();
+  EXPECT_FALSE(
+      held(1));  // two fetched older snapshots and the latest: over `keep`, the oldest goes
+  add();
+  EXPECT_FALSE(held(3));  // not asked for since the last add
+  EXPECT_FALSE(held(4));
+  EXPECT_TRUE(held(5));
+  EXPECT_EQ(srv.latest()->round(), 5u);
+  add();
+  srv.make_room();  // before the next one is built: s6, which nobody fetches, goes now
+  EXPECT_EQ(srv.latest(), nullptr);
+  add();
+  EXPECT_TRUE(held(7));
 }
 
 }  // namespace

@@ -230,6 +230,12 @@ if [[ $MODE == ipv6 ]]; then
   finish
 fi
 
+# Whether r1's nftables rules hold a mapping to h1.
+r1_maps_h1() { ns r1 nft list ruleset | grep -q "192.168.1.2"; }
+r1_maps_nothing() {
+  local rules
+  rules=$(ns r1 nft list ruleset) && ! grep -q "192.168.1.2" <<<"$rules"
+}
 if [[ $MODE == upnp ]]; then
   T0=$(date +%s%N)
   launch h1 --peer $NET.10:7400 --state-dir "$W/h1" --metrics "$W/h1.jsonl" --max-steps 400 \
@@ -237,7 +243,8 @@ if [[ $MODE == upnp ]]; then
   H1=$LAST
   wait_for "$W/h1.log" 30 "upnp: the router maps $NET.11:7400 to us" ||
     fail "r1 mapped no port to h1"
-  ns r1 nft list ruleset | grep -q "192.168.1.2" || fail "no mapping in r1's rules"
+  # miniupnpd answers once it sent its rules; nftables may show them a moment later.
+  wait_until 10 r1_maps_h1 || fail "no mapping in r1's rules"
   wait_for "$W/h1.log" 60 "reach: reachable at $NET.11:7400" || fail "h1 was not found reachable"
   T1=$(date +%s%N)
   launch h2 --peer $NET.10:7400 --state-dir "$W/h2" --metrics "$W/h2.jsonl" --max-steps 400 \
@@ -246,7 +253,7 @@ if [[ $MODE == upnp ]]; then
   wait_for "$W/h2.log" 60 "could not dial us" || fail "h2 was not found unreachable"
   wait "$H1" || fail "h1 exited with an error"
   grep -q "upnp: removed the mapping $NET.11:7400" "$W/h1.log" || fail "h1 did not remove its mapping"
-  ns r1 nft list ruleset | grep -q "192.168.1.2" && fail "the mapping is still in r1's rules"
+  wait_until 10 r1_maps_nothing || fail "the mapping is still in r1's rules"
   wait "$H2" || fail "h2 exited with an error"
   grep -q "upnp: no gateway answered" "$W/h2.log" || fail "h2 found a gateway behind r2"
   rounds=$(rounds "$W/h2.jsonl") averaged=$(averaged "$W/h2.jsonl")

@@ -21,6 +21,17 @@ wait_for() {
   done
 }
 
+# Waits (at most $1 seconds) until the command that follows succeeds.
+wait_until() {
+  local limit=$1 t=0
+  shift
+  until "$@" >/dev/null 2>&1; do
+    ((t >= limit * 10)) && return 1
+    sleep 0.1
+    t=$((t + 1))
+  done
+}
+
 # Waits (at most $3 seconds) until the metrics file $1 has $2 round events; fails otherwise.
 wait_rounds() {
   local file=$1 n=$2 limit=$3 t=0

@@ -9,7 +9,8 @@ grove package (node/python): --workload external end to end.
           different); a trainer with another model is refused with the reason; a node killed
           under its trainer makes the trainer raise NodeGone. The model has a float64 parameter
           besides its float32 ones, so the copy path and the zero-copy path both run.
-  diloco: three nodes + trainers with DiLoCo: rounds averaged, losses fall together.
+  diloco: three nodes + trainers with DiLoCo: rounds averaged, losses fall together; the third
+          trainer starts its own node (grove.attach(start=[...])) and stops it when it is done.
 
 Usage: trainer_test.py GROVE_NODE noloco|diloco. Exit 77 (skipped) without torch/msgpack.
 Run with /usr/bin/python3 (Debian's torch). Waits on conditions with deadlines, never on sleeps.
@@ -45,6 +46,9 @@ def trainer(argv):
     ap.add_argument("--init-seed", type=int, default=1234)
     ap.add_argument("--data-seed", type=int, default=0)
     ap.add_argument("--log", required=True)
+    ap.add_argument("--start", help="grove-node arguments (JSON list): attach(start=...)")
+    ap.add_argument("--state-dir")
+    ap.add_argument("--node-binary")
     a = ap.parse_args(argv)
     torch.set_num_threads(1)
     torch.manual_seed(77)
@@ -68,7 +72,8 @@ def trainer(argv):
             return torch.nn.functional.mse_loss(forward(xs), ys).item()
 
     log = open(a.log, "a", buffering=1)
-    node = grove.attach(socket=a.socket, timeout=60)
+    node = grove.attach(socket=a.socket, timeout=60, state_dir=a.state_dir,
+                        start=json.loads(a.start) if a.start else None, node_binary=a.node_binary)
     try:
         outer = (node.noloco(model, inner_steps=a.inner_steps) if a.outer == "noloco"
                  else node.diloco(model, inner_steps=a.inner_steps))
@@ -95,6 +100,9 @@ def trainer(argv):
                 log.write(json.dumps({"step": step, "eval": ev}) + "\n")
     except grove.NodeStopped as e:
         log.write(json.dumps({"stopped": str(e), "eval": held_out()}) + "\n")
+        if node.process is not None:  # a node this trainer started: stopped by close()
+            node.close()
+            log.write(json.dumps({"node_exit": node.process.returncode}) + "\n")
         return 0
     except grove.NodeGone as e:
         log.write(json.dumps({"gone": str(e)}) + "\n")
@@ -133,10 +141,8 @@ class Swarm:
         self.key = os.path.join(work, "key")
         self.boot_addr = None
 
-    def node(self, name, bootstrap=False, max_steps=None):
-        d = os.path.join(self.work, name)
-        args = [self.binary, "--listen", "127.0.0.1:0", "--no-progress", "--no-upnp",
-                "--swarm-key-file", self.key, "--state-dir", d,
+    def node_args(self, name, bootstrap=False, max_steps=None):
+        args = ["--listen", "127.0.0.1:0", "--no-upnp", "--swarm-key-file", self.key,
                 "--metrics", os.path.join(self.work, name + ".jsonl")]
         if bootstrap:
             args += ["--bootstrap", "--workload", "external", "--window-ms", "1000"]
@@ -144,6 +150,12 @@ class Swarm:
             args += ["--peer", self.boot_addr]
         if max_steps:
             args += ["--max-steps", str(max_steps)]
+        return args
+
+    def node(self, name, bootstrap=False, max_steps=None):
+        d = os.path.join(self.work, name)
+        args = ([self.binary, "--no-progress", "--state-dir", d]
+                + self.node_args(name, bootstrap, max_steps))
         log = open(os.path.join(self.work, name + ".log"), "w")
         self.nodes[name] = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
         return os.path.join(d, "trainer.sock")
@@ -160,8 +172,15 @@ class Swarm:
         return p
 
     def log(self, name):
-        with open(os.path.join(self.work, name + ".log")) as f:
-            return f.read()
+        # A node its trainer started writes into the trainer's log.
+        path = os.path.join(self.work, name + ".log")
+        if name not in self.nodes:
+            path = os.path.join(self.work, name + ".trainer.log")
+        try:
+            with open(path) as f:
+                return f.read()
+        except FileNotFoundError:
+            return ""
 
     def rounds(self, name):
         return [m for m in lines(os.path.join(self.work, name + ".jsonl")) if m.get("event") == "round"]
@@ -206,9 +225,15 @@ def run(binary, mode):
         s.trainer("a", data_seed=1)
         s.boot_addr = wait_until("node a prints its address",
                                  lambda: (re.search(r"listening (\S+)", s.log("a")) or [None, None])[1], 60)
-        for n, seed in (("b", 2), ("c", 3)):
-            s.node(n, max_steps=400)
-            s.trainer(n, data_seed=seed)
+        s.node("b", max_steps=400)
+        s.trainer("b", data_seed=2)
+        if mode == "diloco":
+            # c's trainer starts its own node: grove.attach(start=[...]).
+            s.trainer("c", data_seed=3, start=json.dumps(s.node_args("c", max_steps=400)),
+                      state_dir=os.path.join(work, "c"), node_binary=binary)
+        else:
+            s.node("c", max_steps=400)
+            s.trainer("c", data_seed=3)
         for n in "abc":
             wait_until("trainer %s attached" % n, lambda n=n: "trainer: pid" in s.log(n), 90)
         first = wait_until("a's first held-out loss", lambda: s.evals("a")[:1], 60)[0]
@@ -275,6 +300,12 @@ def run(binary, mode):
         for n, p in s.trainers.items():
             if n not in "xy" and p.wait(timeout=60) != 0:
                 raise Fail("trainer %s exited with %s" % (n, p.returncode))
+        if mode == "diloco":
+            exits = [m["node_exit"] for m in lines(os.path.join(work, "c.trainer.jsonl"))
+                     if "node_exit" in m]
+            if exits != [0]:
+                raise Fail("the node c's trainer started did not end cleanly (%r)" % exits)
+            print("c's trainer started its own node (attach(start=...)); it exited with 0")
         names = "abcd" if mode == "noloco" else "abc"
         report = []
         for n in names:

@@ -215,12 +215,18 @@ TEST(Outer, OverlapMixKeepsTheRightReference) {
   EXPECT_EQ(delta, (std::vector<float>{-0.25f, -1.0f}));
 }
 
-TEST(Outer, StateSerialisesAndRejectsCorruption) {
+// An outer state with `n` random slow weights and momentum values.
+OuterState random_state(std::uint64_t round, unsigned seed, std::size_t n) {
   OuterState s;
-  s.round = 42;
-  std::mt19937 rng(9);
-  s.phi = randn(rng, 513, 1.0f);
-  s.momentum = randn(rng, 513, 0.1f);
+  s.round = round;
+  std::mt19937 rng(seed);
+  s.phi = randn(rng, n, 1.0f);
+  s.momentum = randn(rng, n, 0.1f);
+  return s;
+}
+
+TEST(Outer, StateSerialisesAndRejectsCorruption) {
+  const OuterState s = random_state(42, 9, 513);
   auto bytes = serialize(s);
   auto back = deserialize(bytes);
   ASSERT_TRUE(back);
@@ -239,6 +245,35 @@ TEST(Outer, StateSerialisesAndRejectsCorruption) {
   EXPECT_FALSE(deserialize(serialize(bad)));
   EXPECT_TRUE(all_finite(s.phi));
   EXPECT_FALSE(all_finite(std::vector<float>{1.0f, INFINITY}));
+}
+
+// The checksum catches every single-bit flip and the flips that a plain word-wise FNV would let
+// cancel (the top bit of two words in one lane); the older GRVOUT01 form (byte-wise FNV-1a 64)
+// still reads.
+TEST(Outer, StateChecksumCatchesBitFlipsAndTheOldFormReads) {
+  const OuterState s = random_state(7, 3, 300);
+  const auto bytes = serialize(s);
+  for (std::size_t i = 0; i + 8 < bytes.size(); ++i)
+    for (int bit : {0, 3, 7}) {
+      auto f = bytes;
+      f[i] ^= static_cast<std::uint8_t>(1u << bit);
+      ASSERT_FALSE(deserialize(f)) << "byte " << i << " bit " << bit;
+    }
+  auto two = bytes;
+  two[64 + 7] ^= 0x80;       // bit 63 of a word...
+  two[64 + 32 + 7] ^= 0x80;  // ...and of the next word of the same lane
+  EXPECT_FALSE(deserialize(two));
+
+  std::vector<std::uint8_t> v1(bytes.begin(), bytes.end() - 8);
+  v1[7] = '1';  // "GRVOUT01"
+  std::uint64_t h = 1469598103934665603ull;
+  for (std::uint8_t c : v1) h = (h ^ c) * 1099511628211ull;
+  for (int i = 0; i < 8; ++i) v1.push_back(static_cast<std::uint8_t>(h >> (8 * i)));
+  auto back = deserialize(v1);
+  ASSERT_TRUE(back);
+  EXPECT_EQ(*back, s);
+  v1[7] = '2';  // the old checksum under the new magic
+  EXPECT_FALSE(deserialize(v1));
 }
 
 }  // namespace

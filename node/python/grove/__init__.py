@@ -121,6 +121,7 @@ class Node:
         self._sock = sock
         self._path = path
         self._process = process
+        self._ended = False  # the node said it ended its run (it is leaving by itself)
         self._outer = None
         self._loss = None
         self._eval_loss = None
@@ -160,10 +161,21 @@ class Node:
         if self._sock is not None:
             self._sock.close()
             self._sock = None
-        if self._process is not None:
-            self._process.terminate()
-            self._process.wait()
-            self._process = None
+        if self._process is not None and self._process.poll() is None:
+            if self._ended:  # it is leaving (last round, checkpoint): let it finish
+                try:
+                    self._process.wait(timeout=120)
+                except subprocess.TimeoutExpired:
+                    pass
+            if self._process.poll() is None:
+                self._process.terminate()
+                self._process.wait()
+
+    @property
+    def process(self):
+        """The grove-node process that :func:`attach` started (a ``subprocess.Popen``; its
+        ``returncode`` once :meth:`close` stopped it), or None when the node was running."""
+        return self._process
 
     def __enter__(self):
         return self
@@ -282,6 +294,7 @@ class Outer:
                     self._adopt()
                 return
             elif op == "bye":
+                n._ended = True
                 raise NodeStopped(msg.get("why", "the node left"))
             elif op == "refused":
                 raise Refused(msg.get("why", "refused"))
