@@ -139,6 +139,11 @@ def one_run(binary, args, overlap):
                     if 0 < j < len(rounds) and rounds[j].get("partners")]
             others = [c for i, c in enumerate(calls) if (i + 1) % h != 0][h:]
             syncs = [x["sync_ms"] for x in rounds[1:] if x.get("partners")]
+            # The node logs every engine call that held its DHT strand >= 250 ms (while it
+            # holds it, the node answers no DHT message).
+            with open(logs[name]) as f:
+                holds = [float(m.group(2)) for m in re.finditer(
+                    r"round engine: (.+?) held the DHT strand for (\d+) ms", f.read())]
             out[name] = {
                 "sync_ms": mean(syncs),
                 "params": r["params"],
@@ -150,6 +155,7 @@ def one_run(binary, args, overlap):
                 "rounds": len(rounds),
                 "peak_rss": stop.get("peak_rss_bytes") or float("nan"),
                 "checkpoint_s": stop.get("checkpoint_s") or float("nan"),
+                "holds": holds,
             }
         return out
     finally:
@@ -189,6 +195,10 @@ def main():
                   "(written in the background) %.2f s"
                   % ("", name, r["peak_rss"] / 1e9, r["peak_rss"] / (4 * r["params"]),
                      r["checkpoint_s"]), flush=True)
+            holds = r["holds"]
+            print("%-10s node %s: engine calls holding the DHT strand >= 250 ms: %d%s"
+                  % ("", name, len(holds),
+                     ", longest %.0f ms" % max(holds) if holds else ""), flush=True)
     return 0
 
 

@@ -208,8 +208,8 @@ void RoundEngine::on_match(MatchResult m, Time now) {
     }
     if (diloco && view.live > 0)
       r.note += "; waited " + std::to_string(opts_.group_wait.count() / 1000) + " s for the group";
-    apply_local(r);
-    return finish_round(std::move(r), now);
+    auto w = local_step(r);
+    return finish_round(std::move(r), std::move(w));
   }
   // Decisions every member of the group takes alike, from the records they all read
   // (declare_ready says why): the swarm has ended this round, so take its state; the group
@@ -267,18 +267,88 @@ void RoundEngine::on_match(MatchResult m, Time now) {
   ops_.push_back(std::move(start));
 }
 
-void RoundEngine::apply_local(RoundReport& r) {
+// ---- the step ----------------------------------------------------------------------------------
+
+std::shared_ptr<RoundEngine::StepWork> RoundEngine::step_work(StepWork::Kind kind) {
+  auto w = std::make_shared<StepWork>();
+  w->kind = kind;
+  w->mode = round_mode_;
+  w->state = std::move(state_);  // φ, momentum (and error buffer) go with the job
+  state_ = {};
+  state_.round = w->state.round;
+  ++w->state.round;
+  w->theta = std::move(theta_);  // the input of a local step; else the buffer given back after
+  theta_.clear();
+  w->noloco = opts_.noloco;
+  w->diloco = opts_.diloco;
+  w->threads = opts_.threads;
+  w->serialise = opts_.serve_state && server_;
+  return w;
+}
+
+std::shared_ptr<RoundEngine::StepWork> RoundEngine::local_step(RoundReport& r) {
   r.local_only = true;
-  if (round_mode_ == OuterMode::diloco) {
-    const auto d = delta();
-    optim::diloco_step(state_.phi, state_.momentum, d, opts_.diloco, opts_.threads);
-  } else if (opts_.noloco.one_tensor()) {
-    optim::noloco_step_theta(state_.phi, state_.momentum, theta_, opts_.noloco, opts_.threads);
-  } else {
-    const auto d = delta();
-    const auto phi = state_.phi;
-    optim::noloco_step(state_.phi, state_.momentum, d, phi, opts_.noloco, opts_.threads);
+  return step_work(StepWork::Kind::local);
+}
+
+void RoundEngine::StepWork::run() {
+  auto& phi = state.phi;
+  auto& m = state.momentum;
+  switch (kind) {
+    case Kind::none:
+      break;
+    case Kind::local:
+      if (mode == OuterMode::noloco && noloco.one_tensor()) {
+        optim::noloco_step_theta(phi, m, theta, noloco, threads);
+      } else {
+        std::vector<float> d(phi.size());
+        optim::pseudo_gradient(phi, theta, d, threads);
+        if (mode == OuterMode::diloco) {
+          optim::diloco_step(phi, m, d, diloco, threads);
+        } else {
+          const auto phi0 = phi;
+          optim::noloco_step(phi, m, d, phi0, noloco, threads);
+        }
+      }
+      break;
+    case Kind::noloco_mean:
+      if (noloco.one_tensor())
+        optim::noloco_step_theta(phi, m, theta, noloco, threads);
+      else
+        optim::noloco_step(phi, m, theta, phi_mean, noloco, threads);
+      break;
+    case Kind::parse: {
+      auto s = optim::deserialize(blob, max_values);
+      blob = {};
+      if (!s) {
+        error = "the downloaded state does not parse";
+        return;
+      }
+      if (want && s->phi.size() != *want) {
+        error = "the downloaded state has " + std::to_string(s->phi.size()) + " values, we need " +
+                std::to_string(*want);
+        return;
+      }
+      if (s->momentum.size() != s->phi.size()) s->momentum.assign(s->phi.size(), 0.0f);
+      state = std::move(*s);
+      break;
+    }
+    case Kind::diloco_ring: {
+      std::span<const float> mean_delta(ring);
+      if (average_phi) {
+        // Members entered from NoLoCo: one φ, one momentum (zero) and one round for the group.
+        const auto n = static_cast<std::ptrdiff_t>(phi.size());
+        std::copy(ring.begin(), ring.begin() + n, phi.begin());
+        std::fill(m.begin(), m.end(), 0.0f);
+        mean_delta = mean_delta.subspan(phi.size());
+      }
+      optim::diloco_step(phi, m, mean_delta, diloco, threads);
+      break;
+    }
   }
+  phi_mean = {};
+  hash = weights_hash(phi);
+  if (serialise) bytes = std::make_shared<const std::vector<std::uint8_t>>(optim::serialize(state));
 }
 
 void RoundEngine::on_op_finished(std::unique_ptr<Protocol> p, Time now) {
@@ -294,10 +364,10 @@ void RoundEngine::on_op_finished(std::unique_ptr<Protocol> p, Time now) {
     if (theta_.empty()) {  // θ went with the exchange: this inner phase is lost, φ stays
       r.local_only = true;
       r.note += "; the inner phase's θ went with it: slow weights unchanged";
-      return finish_round(std::move(r), now);
+      return finish_round(std::move(r), step_work(StepWork::Kind::none));
     }
-    apply_local(r);
-    return finish_round(std::move(r), now);
+    auto w = local_step(r);
+    return finish_round(std::move(r), std::move(w));
   }
   if (auto* ex = dynamic_cast<GroupExchange*>(p.get())) {
     r.averaged_with = ex->completed();
@@ -306,17 +376,13 @@ void RoundEngine::on_op_finished(std::unique_ptr<Protocol> p, Time now) {
     for (const auto& [peer, why] : ex->failures())
       r.note += (r.note.empty() ? "" : "; ") + dht::short_hex(peer) + ": " + why;
     r.local_only = r.averaged_with.empty();
-    const auto& mean = ex->mean();  // ours alone when nobody completed: the local-only step
-    if (opts_.noloco.one_tensor()) {
-      optim::noloco_step_theta(state_.phi, state_.momentum, mean.at(0), opts_.noloco,
-                               opts_.threads);
-    } else {
-      optim::noloco_step(state_.phi, state_.momentum, mean.at(0), mean.at(1), opts_.noloco,
-                         opts_.threads);
-    }
-    if (auto m = ex->take_mean(); !m.empty() && m[0].size() == state_.phi.size())
-      r.spare = std::move(m[0]);
-    return finish_round(std::move(r), now);
+    // Ours alone when nobody completed: the local-only step. The mean's buffer comes back as
+    // the report's spare.
+    auto mean = ex->take_mean();
+    auto w = step_work(StepWork::Kind::noloco_mean);
+    w->theta = std::move(mean.at(0));
+    if (!opts_.noloco.one_tensor()) w->phi_mean = std::move(mean.at(1));
+    return finish_round(std::move(r), std::move(w));
   }
   auto* ar = dynamic_cast<RingAllReduce*>(p.get());
   if (!ar) return;
@@ -329,44 +395,55 @@ void RoundEngine::on_op_finished(std::unique_ptr<Protocol> p, Time now) {
   }
   for (const auto& id : ar->members())
     if (id != dht_.id()) r.averaged_with.push_back(id);
-  const auto& res = ar->result();
-  const std::size_t n = state_.phi.size();
-  std::span<const float> mean_delta(res);
   if (average_phi_) {
-    // Members entered from NoLoCo: one φ, one momentum (zero) and one round for the group.
-    std::copy(res.begin(), res.begin() + static_cast<std::ptrdiff_t>(n), state_.phi.begin());
-    std::fill(state_.momentum.begin(), state_.momentum.end(), 0.0f);
-    mean_delta = mean_delta.subspan(n);
     state_.round = std::max(state_.round, group_round_);
     r.round = state_.round;
     r.note = "slow weights averaged (members entering DiLoCo, or holding different ones)";
   }
-  optim::diloco_step(state_.phi, state_.momentum, mean_delta, opts_.diloco, opts_.threads);
   r.local_only = r.averaged_with.empty();
   if (ar->suspects().size())
     r.note += (r.note.empty() ? "" : "; ") + std::to_string(ar->suspects().size()) +
               " member(s) excluded";
-  const std::set<NodeId> members(ar->members().begin(), ar->members().end());
-  spare_ = ar->take_result();
-  finish_round(std::move(r), now);
-  if (members.size() > 1) {
-    expect_[state_.round] = Expect{phi_hash_, members, {}};
+  std::set<NodeId> members(ar->members().begin(), ar->members().end());
+  auto w = step_work(StepWork::Kind::diloco_ring);
+  w->average_phi = average_phi_;
+  w->ring = ar->take_result();
+  finish_round(std::move(r), std::move(w), std::move(members));
+}
+
+void RoundEngine::finish_round(RoundReport r, std::shared_ptr<StepWork> w,
+                               std::set<NodeId> members) {
+  // Snapshots nobody fetches go before the new state is serialised: one state's bytes less at the
+  // peak. (The newest stays: state_bytes_ shares its bytes.)
+  if (w->serialise) server_->make_room();
+  phase_ = Phase::stepping;
+  step_ = w;
+  step_report_ = std::move(r);
+  step_members_ = std::move(members);
+  step_jobs_.push_back({++step_seq_, [w] { w->run(); }});
+}
+
+void RoundEngine::on_step_done(std::uint64_t seq, Time now) {
+  if (phase_ != Phase::stepping || seq != step_seq_ || !step_) return;
+  const auto w = std::exchange(step_, nullptr);
+  if (w->kind == StepWork::Kind::parse) return synced(w, now);
+  RoundReport r = std::exchange(step_report_, {});
+  state_ = std::move(w->state);
+  phi_hash_ = w->hash;
+  if (w->kind == StepWork::Kind::diloco_ring) spare_ = std::move(w->ring);
+  if (w->theta.size() == state_.phi.size()) r.spare = std::move(w->theta);
+  synced_into_round_ = false;
+  r.sync_time = now - submitted_;
+  phase_ = Phase::idle;
+  publish_state(std::move(w->bytes));
+  r.weights_hash = phi_hash_;
+  reports_.push_back(std::move(r));
+  if (step_members_.size() > 1) {
+    expect_[state_.round] = Expect{phi_hash_, std::exchange(step_members_, {}), {}};
     while (expect_.size() > 16) expect_.erase(expect_.begin());
     for (const auto& m : members_.live(now)) check_member(m);
   }
-}
-
-void RoundEngine::finish_round(RoundReport r, Time now) {
-  ++state_.round;
-  synced_into_round_ = false;
-  r.sync_time = now - submitted_;
-  if (r.spare.empty() && theta_.size() == state_.phi.size()) r.spare = std::move(theta_);
-  theta_.clear();
-  theta_.shrink_to_fit();
-  phase_ = Phase::idle;
-  after_state(now);
-  r.weights_hash = phi_hash_;
-  reports_.push_back(std::move(r));
+  step_members_.clear();
 }
 
 void RoundEngine::publish_self(const char* status) {
@@ -380,13 +457,20 @@ void RoundEngine::publish_self(const char* status) {
 
 void RoundEngine::after_state(Time) {
   phi_hash_ = weights_hash(state_.phi);  // once per new φ: reports, record and checks reuse it
+  std::shared_ptr<const std::vector<std::uint8_t>> bytes;
+  if (opts_.serve_state && server_) {
+    state_bytes_.reset();
+    server_->make_room();  // (as in finish_round)
+    bytes = std::make_shared<const std::vector<std::uint8_t>>(optim::serialize(state_));
+  }
+  publish_state(std::move(bytes));
+}
+
+void RoundEngine::publish_state(std::shared_ptr<const std::vector<std::uint8_t>> bytes) {
   publish_self("training");
-  state_bytes_.reset();
-  if (!opts_.serve_state || !server_) return;
-  // Snapshots nobody fetches go before the new one is made: one state's bytes less at the peak.
-  server_->make_room();
+  state_bytes_ = std::move(bytes);
   snapshot_jobs_.clear();  // (a job not taken yet is of an older state)
-  state_bytes_ = std::make_shared<const std::vector<std::uint8_t>>(optim::serialize(state_));
+  if (!state_bytes_ || !opts_.serve_state || !server_) return;
   snapshot_jobs_.push_back(
       {++snapshot_seq_, state_.round, run_id_, state_bytes_, opts_.snapshot_chunk});
 }
@@ -500,7 +584,7 @@ void RoundEngine::request_mode(OuterMode mode, std::optional<std::uint64_t> from
                                std::function<void(transport::Result<std::uint64_t>)> done) {
   // From the highest round any live member has reached (a node that just joined may still be
   // behind), plus the lead that lets every member see the record before that round.
-  std::uint64_t highest = state_.round;
+  std::uint64_t highest = state_.round + (phase_ == Phase::stepping ? 1 : 0);
   for (const auto& m : members_.live(now)) highest = std::max(highest, m.round);
   const std::uint64_t first = highest + opts_.mode_lead;
   const std::uint64_t r = from_round.value_or(first);
@@ -601,17 +685,26 @@ void RoundEngine::on_state_failure(std::uint64_t id, Time now) {
 void RoundEngine::sync_done(Time now) {
   if (!download_ || download_->status() == OpStatus::running) return;
   if (download_->status() == OpStatus::failed) return sync_failed(download_->failure(), now);
-  auto s = optim::deserialize(download_->blob(), opts_.max_values);
-  if (!s) return sync_failed("the downloaded state does not parse", now);
-  const auto want = has_state_ ? std::optional(state_.phi.size()) : expect_values_;
-  if (want && s->phi.size() != *want)
-    return sync_failed("the downloaded state has " + std::to_string(s->phi.size()) +
-                           " values, we need " + std::to_string(*want),
-                       now);
-  const StateOffer offer = download_->offer();
+  // Parsing, hashing and serialising a large state take seconds: a job for the driver.
+  auto w = std::make_shared<StepWork>();
+  w->kind = StepWork::Kind::parse;
+  w->blob = download_->take_blob();
+  w->max_values = opts_.max_values;
+  w->want = has_state_ ? std::optional(state_.phi.size()) : expect_values_;
+  w->serialise = opts_.serve_state && server_;
+  sync_offer_ = download_->offer();
   download_.reset();
-  if (s->momentum.size() != s->phi.size()) s->momentum.assign(s->phi.size(), 0.0f);
-  state_ = std::move(*s);
+  offers_retry_ = Time::max();
+  if (w->serialise) server_->make_room();  // (as in finish_round)
+  phase_ = Phase::stepping;
+  step_ = w;
+  step_jobs_.push_back({++step_seq_, [w] { w->run(); }});
+}
+
+void RoundEngine::synced(const std::shared_ptr<StepWork>& w, Time now) {
+  if (!w->error.empty()) return sync_failed(w->error, now);
+  const StateOffer offer = sync_offer_;
+  state_ = std::move(w->state);
   has_state_ = true;
   ++syncs_;
   // A joiner stays "fresh" until it ends a round; a member that catches up does not become
@@ -619,7 +712,8 @@ void RoundEngine::sync_done(Time now) {
   if (joining_) synced_into_round_ = true;
   phase_ = Phase::idle;
   theta_.clear();
-  after_state(now);
+  phi_hash_ = w->hash;
+  publish_state(std::move(w->bytes));
   RoundReport r;
   r.kind = RoundReport::Kind::synced;
   r.round = state_.round;

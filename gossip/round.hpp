@@ -25,9 +25,10 @@
 //
 // The driver (the node's Asio runtime, or sim::Swarm) feeds the DHT and the engine the time,
 // runs the operations from take_ops() with its own clock (StartOp::make), carries the state
-// requests from take_state_requests(), builds the snapshots from take_snapshot_jobs() (hashing
-// a large state takes seconds: the node does it off the engine's thread) and hands them back
-// with on_snapshot(), and calls on_timer at next_deadline(). The engine's own time is the DHT's
+// requests from take_state_requests(), runs the outer steps from take_step_jobs() and builds the
+// snapshots from take_snapshot_jobs() (for a large state each takes seconds: the node runs them
+// off the engine's thread) and hands them back with on_step_done() and on_snapshot(), and calls
+// on_timer at next_deadline(). The engine's own time is the DHT's
 // (record time).
 #pragma once
 
@@ -130,11 +131,20 @@ class RoundEngine {
   bool has_state() const { return has_state_; }
   /// A group operation of ours is running (an exchange or an all-reduce).
   bool averaging() const { return phase_ == Phase::running; }
-  bool syncing() const { return phase_ == Phase::syncing; }
+  /// The round's outer step is with the driver (a StepJob): state() holds the round only (φ and
+  /// the momentum are with the job), state_bytes() the state before the step. (Also while a
+  /// downloaded state is parsed: syncing() then, and state() is the one before.)
+  bool stepping() const { return phase_ == Phase::stepping; }
+  /// Downloading a state, or parsing the one downloaded (a StepJob).
+  bool syncing() const {
+    return phase_ == Phase::syncing ||
+           (phase_ == Phase::stepping && step_ && step_->kind == StepWork::Kind::parse);
+  }
   /// θ after the inner steps (φ's size). Only when idle() (std::logic_error otherwise).
   void submit(std::vector<float> theta, Time now);
 
-  /// The slow weights, momentum and round (the next inner phase starts from state().phi).
+  /// The slow weights, momentum and round (the next inner phase starts from state().phi); not
+  /// while stepping().
   const optim::OuterState& state() const { return state_; }
   /// state() in optim::serialize form, made once per new state (the bytes of the snapshot
   /// served to joiners, shared); nullptr when the engine serves no snapshots. The node writes its
@@ -176,6 +186,17 @@ class RoundEngine {
   /// The snapshot of job `seq` is built: served and offered, unless the state changed since
   /// (then it is dropped: a newer job is on its way).
   void on_snapshot(std::uint64_t seq, std::shared_ptr<const StateSnapshot> snap, Time now);
+  /// The outer step that ends a round, with the new φ's hash and the new state's serialised form
+  /// (seconds for a large model: the driver runs it off its strand, with nothing else of the
+  /// engine's), then calls on_step_done(seq) with the engine's own time. The round is reported
+  /// then. A downloaded state is parsed, hashed and serialised the same way before the synced
+  /// report.
+  struct StepJob {
+    std::uint64_t seq = 0;
+    std::function<void()> run;
+  };
+  std::vector<StepJob> take_step_jobs() { return std::exchange(step_jobs_, {}); }
+  void on_step_done(std::uint64_t seq, Time now);
   /// The operation of a StartOp ended (nullptr: the driver could not run it).
   void on_op_finished(std::unique_ptr<Protocol> p, Time now);
   std::vector<StateDownload::Request> take_state_requests();
@@ -193,7 +214,34 @@ class RoundEngine {
   const NodeId& id() const { return dht_.id(); }
 
  private:
-  enum class Phase { none, idle, matching, running, syncing };
+  enum class Phase { none, idle, matching, running, stepping, syncing };
+  /// A round's outer step, what it takes and what it makes (run() touches nothing else).
+  struct StepWork {
+    enum class Kind {
+      none,         ///< φ stays (the inner phase was lost)
+      local,        ///< no partner: θ against φ alone
+      noloco_mean,  ///< NoLoCo with the exchange's mean: of θ (β = γ), or of Δ and of φ
+      diloco_ring,  ///< DiLoCo with the all-reduce's mean Δ (or mean φ ‖ mean Δ)
+      parse,        ///< a downloaded state: `blob` parsed into `state` (no step)
+    } kind = Kind::none;
+    optim::OuterState state;  ///< in: φ, momentum, the round after the step; out: the new state
+    OuterMode mode = OuterMode::noloco;
+    std::vector<float> theta;     ///< local: θ; noloco_mean: the mean of θ, or of Δ (β ≠ γ)
+    std::vector<float> phi_mean;  ///< noloco_mean with β ≠ γ: the mean of φ
+    optim::FloatBuffer ring;      ///< diloco_ring: the result, kept for the next all-reduce
+    bool average_phi = false;     ///< diloco_ring: the result is mean φ ‖ mean Δ
+    optim::NoLoCoConfig noloco;
+    optim::DiLoCoConfig diloco;
+    unsigned threads = 0;
+    optim::ByteBuffer blob;           ///< parse: the verified download
+    std::size_t max_values = 0;       ///< parse: optim::deserialize's bound
+    std::optional<std::size_t> want;  ///< parse: φ's size when known
+    std::string error;                ///< parse: why the state was refused (out)
+    bool serialise = false;           ///< make `bytes` (the engine serves snapshots)
+    Digest hash{};                    ///< out: of the new φ
+    std::shared_ptr<const std::vector<std::uint8_t>> bytes;  ///< out: optim::serialize(state)
+    void run();
+  };
   struct Expect {
     Digest hash{};
     std::set<NodeId> group;         ///< ourselves included
@@ -214,16 +262,27 @@ class RoundEngine {
     bool ahead = false;                  ///< one has ended our round already
   };
   Others others(Time now) const;
-  void finish_round(RoundReport r, Time now);
-  void apply_local(RoundReport& r);
-  /// φ changed: hash it, publish round and hash, serve a snapshot and offer it.
+  /// The work of a round's step: φ and the momentum move into it, with its inputs set by the
+  /// caller; finish_round hands it to the driver.
+  std::shared_ptr<StepWork> step_work(StepWork::Kind kind);
+  /// The step without partners (θ against φ alone).
+  std::shared_ptr<StepWork> local_step(RoundReport& r);
+  /// Ends the round: the driver runs `w`, on_step_done reports `r` (and, for a DiLoCo group of
+  /// several `members`, checks their hashes against ours).
+  void finish_round(RoundReport r, std::shared_ptr<StepWork> w, std::set<NodeId> members = {});
+  /// A new state (start, sync): hash and serialise it here, then publish_state.
   void after_state(Time now);
+  /// φ changed (its hash is in phi_hash_): publish round and hash, serve `bytes` as a snapshot
+  /// (nullptr when the engine serves none) and offer it.
+  void publish_state(std::shared_ptr<const std::vector<std::uint8_t>> bytes);
   void publish_self(const char* status);
   /// Downloads a state of at least `min_round`; from `donors` only when given.
   void begin_sync(std::uint64_t min_round, bool joining, std::string why, Time now,
                   std::set<NodeId> donors = {});
   void on_offers(std::uint64_t attempt, dht::GetResult res, Time now);
   void sync_done(Time now);
+  /// The downloaded state was parsed (w->error says why not).
+  void synced(const std::shared_ptr<StepWork>& w, Time now);
   void sync_failed(std::string why, Time now);  // by value: `why` may live in download_
   void poll_modes(Time now);
   void check_member(const dht::MemberInfo& m);
@@ -248,6 +307,11 @@ class RoundEngine {
   std::vector<SnapshotJob> snapshot_jobs_;
   std::shared_ptr<const std::vector<std::uint8_t>> state_bytes_;  // serialize(state_)
   std::uint64_t snapshot_seq_ = 0;  // of the latest job: the one that matches state_
+  std::vector<StepJob> step_jobs_;
+  std::uint64_t step_seq_ = 0;
+  std::shared_ptr<StepWork> step_;  // while stepping: the job's work, its report and group
+  RoundReport step_report_;
+  std::set<NodeId> step_members_;
   std::vector<float> theta_;
   Time submitted_{0};
   OuterMode round_mode_ = OuterMode::noloco;
@@ -271,6 +335,7 @@ class RoundEngine {
   std::uint64_t sync_min_round_ = 0, sync_attempt_ = 0;
   Time sync_started_{0}, offers_retry_{Time::max()};
   std::string sync_why_;
+  StateOffer sync_offer_;         // of the state being parsed
   std::set<NodeId> sync_donors_;  // empty: any donor
   std::uint64_t offer_seq_ = 0;
 

@@ -145,18 +145,29 @@ void RoundRuntime::after_event() {
       for (const auto& [id, addr] : op.addresses)
         if (!addr.empty()) host_->connect(transport::PeerRef::node(id, addr), [](auto&&) {});
     // Built on the gossip strand: encoding and hashing a large θ would hold the DHT's.
-    gossip_->start(
-        std::move(op.make), std::move(op.addresses), [weak](std::unique_ptr<Protocol> done) {
-          auto self = weak.lock();
-          if (!self) return;
-          // Back from the gossip strand to the DHT strand.
-          auto shared = std::make_shared<std::unique_ptr<Protocol>>(std::move(done));
-          self->dht_->post([weak, shared](dht::DhtNode&, dht::Time now) {
-            if (auto s = weak.lock())
-              timed("ending a round", [&] { s->engine_->on_op_finished(std::move(*shared), now); });
-          });
-        });
+    gossip_->start(std::move(op.make), std::move(op.addresses),
+                   [weak](std::unique_ptr<Protocol> done) {
+                     auto self = weak.lock();
+                     if (!self) return;
+                     // Back from the gossip strand to the DHT strand.
+                     auto shared = std::make_shared<std::unique_ptr<Protocol>>(std::move(done));
+                     self->dht_->post([weak, shared](dht::DhtNode&, dht::Time now) {
+                       if (auto s = weak.lock())
+                         timed("an operation's end",
+                               [&] { s->engine_->on_op_finished(std::move(*shared), now); });
+                     });
+                   });
   }
+  // A round's step runs on a thread of its own; the job holds its work only (like a snapshot job,
+  // below, it never holds this object).
+  for (auto& job : engine_->take_step_jobs())
+    boost::asio::post(step_pool_, [dht = dht_, weak, job = std::move(job)]() mutable {
+      job.run();
+      dht->post([weak, seq = job.seq](dht::DhtNode&, dht::Time now) {
+        if (auto s = weak.lock())
+          timed("ending a round", [&] { s->engine_->on_step_done(seq, now); });
+      });
+    });
   // Snapshots are hashed on a thread of their own (seconds for a large state), then handed back
   // on the strand. The job holds the engine's serialised state (shared, not copied) and the DHT
   // runtime, never this object (whose last owner must not be that thread: it joins it).

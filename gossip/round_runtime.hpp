@@ -3,7 +3,10 @@
 // after every DHT event the runtime passes on what the engine produced:
 //   - group operations → GossipRuntime::start, built on the gossip strand with its clock; the
 //     finished core comes back to the engine on the DHT strand;
-//   - snapshot jobs → hashed into a StateSnapshot on a thread of the runtime's own, handed back
+//   - step jobs (a round's outer step, φ's hash, the state's serialised form) → run on a thread
+//     of the runtime's own, then on_step_done on the DHT strand (seconds for a large model, when
+//     the DHT would otherwise not answer);
+//   - snapshot jobs → hashed into a StateSnapshot on another thread of its own, handed back
 //     on the DHT strand (a state of hundreds of MB takes seconds to hash);
 //   - state requests → transport requests "state" to the donor (request_timeout each); answers
 //     and failures come back to the engine;
@@ -63,7 +66,9 @@ class RoundRuntime : public dht::DhtRuntime::Rider,
   std::shared_ptr<dht::Membership> members_;
   ReportFn on_report_;
   std::unique_ptr<RoundEngine> engine_;  // created on the strand
-  // Builds snapshots (hashing) off the strand; declared last: joined first when destroyed.
+  // Run the steps and build the snapshots (hashing) off the strand; declared last: joined first
+  // when destroyed. Two threads: a round's step does not wait behind the last round's snapshot.
+  boost::asio::thread_pool step_pool_{1};
   boost::asio::thread_pool snapshot_pool_{1};
 };
 

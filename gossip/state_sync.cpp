@@ -293,7 +293,8 @@ void StateDownload::on_response(std::uint64_t id, std::span<const std::uint8_t> 
     manifest_ = std::move(*m);
     manifest_root_ = o.root;
     have_.assign(manifest_->chunks.size(), false);
-    blob_.assign(manifest_->size, 0);
+    blob_.clear();
+    blob_.resize(manifest_->size);
     if (manifest_->chunks.empty()) {
       status_ = OpStatus::done;
       return;

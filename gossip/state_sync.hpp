@@ -22,10 +22,12 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "gossip/protocol.hpp"
+#include "optim/buffer.hpp"
 
 namespace grove::gossip {
 
@@ -153,7 +155,9 @@ class StateDownload {
   OpStatus status() const { return status_; }
   const std::string& failure() const { return failure_; }
   /// The verified snapshot (valid when done).
-  const std::vector<std::uint8_t>& blob() const { return blob_; }
+  std::span<const std::uint8_t> blob() const { return blob_; }
+  /// Moves the verified snapshot out (blob() is empty after).
+  optim::ByteBuffer take_blob() { return std::move(blob_); }
   const StateOffer& offer() const { return offers_.at(current_); }
   std::size_t donors_tried() const { return current_ + 1; }
   std::size_t chunks_fetched() const { return fetched_; }
@@ -180,7 +184,9 @@ class StateDownload {
   std::set<std::uint32_t> asked_;
   std::uint32_t next_chunk_ = 0;
   std::size_t verified_ = 0, fetched_ = 0;
-  std::vector<std::uint8_t> blob_;
+  // Not zeroed when sized (every byte comes from a verified chunk): its pages are faulted in
+  // chunk by chunk, not all at once when the manifest arrives.
+  optim::ByteBuffer blob_;
   OpStatus status_ = OpStatus::running;
   std::string failure_;
   std::vector<Request> out_;

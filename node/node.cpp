@@ -370,7 +370,7 @@ struct Node::Impl {
     v.round = e.state().round;
     if (auto bytes = e.state_bytes())
       v.bytes = std::move(bytes);
-    else
+    else if (!e.stepping())  // (while a step runs, φ is with it: no state to write)
       v.state = e.state();
     return v;
   }
@@ -415,6 +415,7 @@ struct Node::Impl {
   std::uint64_t ckpt_skipped = 0;
   std::optional<std::pair<std::uint64_t, std::uint64_t>> ckpt_last;  // (round, step) last queued
   void checkpoint_in_background(EngineView v) {
+    if (!v.bytes && !v.state) return;
     if (ckpt_last == std::pair{v.round, step}) return;
     ckpt_last = {v.round, step};
     auto c = make_checkpoint(std::move(v));

@@ -4,6 +4,7 @@
 // as it is (its pages already mapped).
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <new>
 #include <utility>
@@ -33,5 +34,7 @@ struct DefaultInitAllocator : std::allocator<T> {
 
 /// A float vector whose resize() does not zero (see above).
 using FloatBuffer = std::vector<float, DefaultInitAllocator<float>>;
+/// A byte vector whose resize() does not zero.
+using ByteBuffer = std::vector<std::uint8_t, DefaultInitAllocator<std::uint8_t>>;
 
 }  // namespace grove::optim

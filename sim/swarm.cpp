@@ -257,6 +257,15 @@ void Swarm::service(std::size_t i) {
     gossip_.attach(n.id, std::move(p));
     if (!n.alive) return;
   }
+  for (auto& job : n.engine->take_step_jobs()) {
+    if (n.spec.step_time > Time(0)) {  // ends after step_time (virtual)
+      steps_.push({now_ + n.spec.step_time, seq_++, i, std::move(job)});
+      continue;
+    }
+    job.run();
+    dht_.call(i, [&](dht::DhtNode&) { n.engine->on_step_done(job.seq, now_); });
+    if (!n.alive) return;
+  }
   for (auto& job : n.engine->take_snapshot_jobs()) {  // built at once (virtual time)
     auto snap =
         std::make_shared<gossip::StateSnapshot>(job.run_id, job.round, job.bytes, job.chunk_bytes);
@@ -402,6 +411,14 @@ void Swarm::step(Time t) {
     });
     service(r.to);
   }
+  while (!steps_.empty() && steps_.top().at <= t) {
+    PendingStep p = steps_.top();
+    steps_.pop();
+    if (!alive(p.to)) continue;
+    p.job.run();
+    dht_.call(p.to, [&](dht::DhtNode&) { nodes_[p.to]->engine->on_step_done(p.job.seq, now_); });
+    service(p.to);
+  }
   while (!wake_.empty() && wake_.begin()->first <= t) {
     const std::size_t i = wake_.begin()->second;
     wake_.erase(wake_.begin());
@@ -429,6 +446,7 @@ bool Swarm::run_until(const std::function<bool()>& pred, Time limit) {
     };
     take(gossip_.next_event());
     if (!replies_.empty()) take(replies_.top().at);
+    if (!steps_.empty()) take(steps_.top().at);
     if (!wake_.empty()) take(wake_.begin()->first);
     if (!touched_.empty()) take(now_);
     if (!next || *next > end) break;

@@ -61,6 +61,10 @@ struct NodeSpec {
   /// weights; when the round's new φ arrives they are mixed (RoundEngine::mix). Without it the
   /// node waits for the round and restarts from φ.
   bool overlap = false;
+  /// The outer step's duration (the engine's StepJob: a large model's step, hash and
+  /// serialisation take seconds, off the DHT's thread). The node's DHT goes on answering
+  /// meanwhile; zero runs it at once.
+  Time step_time{0};
 };
 
 class Swarm {
@@ -124,6 +128,14 @@ class Swarm {
     bool operator>(const Reply& o) const { return at != o.at ? at > o.at : seq > o.seq; }
   };
 
+  struct PendingStep {
+    Time at{0};
+    std::uint64_t seq = 0;
+    std::size_t to = 0;
+    gossip::RoundEngine::StepJob job;
+    bool operator>(const PendingStep& o) const { return at != o.at ? at > o.at : seq > o.seq; }
+  };
+
   std::size_t add(NodeSpec spec);
   void step(Time t);
   void visit(std::size_t i);    // inner phase, timers, leave, service; then its next wake-up
@@ -138,6 +150,7 @@ class Swarm {
   GossipNetwork gossip_;
   std::vector<std::unique_ptr<Node>> nodes_;
   std::priority_queue<Reply, std::vector<Reply>, std::greater<>> replies_;
+  std::priority_queue<PendingStep, std::vector<PendingStep>, std::greater<>> steps_;
   std::uint64_t seq_ = 0;
   Time now_{0};
   std::set<std::pair<Time, std::size_t>> wake_;  // (time, node), one entry per live node

@@ -28,6 +28,18 @@ double rms(const std::vector<float>& a, const std::vector<float>& b) {
   return std::sqrt(s / static_cast<double>(a.size()));
 }
 
+// Consensus: how far the nodes' slow weights are from node 0's, over how far their targets are.
+// (Each node's inner phase pulls θ half-way to its own target, so pairs alone cannot make the
+// swarm agree; without averaging the ratio is 1.)
+double spread_ratio(Swarm& s) {
+  double spread_phi = 0, spread_target = 0;
+  for (std::size_t i = 1; i < s.size(); ++i) {
+    spread_phi += rms(s.engine(i).state().phi, s.engine(0).state().phi);
+    spread_target += rms(s.target(i), s.target(0));
+  }
+  return spread_phi / spread_target;
+}
+
 // Builds a swarm of `n` nodes (node 0 bootstraps) and waits until every node has its state.
 void grow(Swarm& s, std::size_t n, sim::NodeSpec spec = {}) {
   s.bootstrap(spec);
@@ -57,17 +69,10 @@ TEST(RoundEngine, NoLoCoSwarmPairsEveryRoundAndReachesConsensus) {
     EXPECT_EQ(s.engine(i).mismatches(), 0u);
   }
   EXPECT_GE(averaged * 10, rounds * 9) << averaged << " of " << rounds << " rounds averaged";
-  // Consensus: the slow weights are much closer to each other than the nodes' targets are.
-  double spread_phi = 0, spread_target = 0;
-  for (std::size_t i = 1; i < s.size(); ++i) {
-    spread_phi += rms(s.engine(i).state().phi, s.engine(0).state().phi);
-    spread_target += rms(s.target(i), s.target(0));
-  }
-  // (Each node's inner phase pulls θ half-way to its own target, so pairs alone cannot make the
-  // swarm agree; without averaging the ratio is 1.)
-  EXPECT_LT(spread_phi, 0.6 * spread_target);
+  const double spread = spread_ratio(s);
+  EXPECT_LT(spread, 0.6);
   std::printf("NoLoCo: %zu rounds, %zu averaged; spread of φ / spread of targets = %.3f\n", rounds,
-              averaged, spread_phi / spread_target);
+              averaged, spread);
 }
 
 TEST(RoundEngine, SlowNodeNeverStallsTheOthersAndStillAverages) {
@@ -130,6 +135,69 @@ TEST(RoundEngine, DiLoCoMembersEndEveryRoundBitIdentical) {
     if (s.engine(i).state().round == s.engine(0).state().round) {
       EXPECT_EQ(s.engine(i).state().phi, s.engine(0).state().phi);
     }
+}
+
+// A large model's outer step (and φ's hash, the state's serialised form) takes seconds: the
+// engine hands it to its driver as a StepJob and reports the round when the driver says it ran.
+// Meanwhile the node is `stepping()` (its round and its published record unchanged, no report),
+// a stale job is ignored, and the swarm pairs and converges as with instant steps.
+sim::NodeSpec slow_steps() {
+  sim::NodeSpec spec;
+  spec.inner_time = ms(3000);
+  spec.step_time = ms(2500);  // longer than a matchmaking window (2 s)
+  return spec;
+}
+
+TEST(RoundEngine, SlowOuterStepsRunAsJobsAndTheSwarmStillConverges) {
+  Swarm s(21, fast_options(OuterMode::noloco));
+  grow(s, 5, slow_steps());
+  ASSERT_TRUE(s.run_until([&] { return s.engine(0).stepping(); }, ms(60'000)));
+  const std::uint64_t round = s.engine(0).state().round;
+  const std::size_t reported = s.rounds(0);
+  EXPECT_TRUE(s.engine(0).state().phi.empty());  // φ is with the job
+  EXPECT_FALSE(s.engine(0).idle());
+  s.engine(0).on_step_done(1'000'000, s.now());  // not the job in flight: ignored
+  EXPECT_TRUE(s.engine(0).stepping());
+  s.run_for(ms(2000));
+  EXPECT_TRUE(s.engine(0).stepping());
+  EXPECT_EQ(s.rounds(0), reported);
+  EXPECT_EQ(s.membership(0).self().round, round);  // its record still says the old round
+  ASSERT_TRUE(s.run_until([&] { return !s.engine(0).stepping(); }, ms(1000)));
+  EXPECT_EQ(s.engine(0).state().round, round + 1);
+  EXPECT_EQ(s.rounds(0), reported + 1);
+  EXPECT_EQ(s.engine(0).state().phi.size(), s.options().params);
+
+  s.run_for(ms(240'000));
+  ASSERT_TRUE(s.run_until(
+      [&] {
+        for (std::size_t i = 0; i < s.size(); ++i)
+          if (s.engine(i).stepping()) return false;
+        return true;
+      },
+      ms(10'000)));
+  std::size_t rounds = 0, averaged = 0;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    EXPECT_GE(s.rounds(i), 25u) << "node " << i;  // 240 s at ≤ 3 + 2 + 2.5 s per round
+    for (const auto& r : s.reports(i)) {
+      if (r.kind != RoundReport::Kind::round) continue;
+      ++rounds;
+      averaged += !r.local_only;
+      EXPECT_GE(r.sync_time, ms(2500));  // the step's time is the round's
+    }
+  }
+  EXPECT_GE(averaged * 10, rounds * 9) << averaged << " of " << rounds << " rounds averaged";
+  const double spread = spread_ratio(s);
+  EXPECT_LT(spread, 0.6);
+  std::printf("slow steps: %zu rounds, %zu averaged; spread of φ / spread of targets = %.3f\n",
+              rounds, averaged, spread);
+}
+
+TEST(RoundEngine, DiLoCoMembersWithSlowStepsEndEveryRoundBitIdentical) {
+  Swarm s(22, fast_options(OuterMode::diloco));
+  grow(s, 4, slow_steps());
+  s.run_for(ms(150'000));
+  for (std::size_t i = 0; i < s.size(); ++i) EXPECT_GE(s.rounds(i), 12u) << "node " << i;
+  expect_identical_per_round(s, 12);
 }
 
 TEST(RoundEngine, RunTimeSwitchToDiLoCoAndBack) {
