@@ -413,9 +413,6 @@ void RoundEngine::on_op_finished(std::unique_ptr<Protocol> p, Time now) {
 
 void RoundEngine::finish_round(RoundReport r, std::shared_ptr<StepWork> w,
                                std::set<NodeId> members) {
-  // Snapshots nobody fetches go before the new state is serialised: one state's bytes less at the
-  // peak. (The newest stays: state_bytes_ shares its bytes.)
-  if (w->serialise) server_->make_room();
   phase_ = Phase::stepping;
   step_ = w;
   step_report_ = std::move(r);
@@ -435,7 +432,7 @@ void RoundEngine::on_step_done(std::uint64_t seq, Time now) {
   synced_into_round_ = false;
   r.sync_time = now - submitted_;
   phase_ = Phase::idle;
-  publish_state(std::move(w->bytes));
+  publish_state(std::move(w->bytes));  // (the old snapshot is served until the step is done)
   r.weights_hash = phi_hash_;
   reports_.push_back(std::move(r));
   if (step_members_.size() > 1) {
@@ -460,7 +457,7 @@ void RoundEngine::after_state(Time) {
   std::shared_ptr<const std::vector<std::uint8_t>> bytes;
   if (opts_.serve_state && server_) {
     state_bytes_.reset();
-    server_->make_room();  // (as in finish_round)
+    server_->make_room();  // (as in publish_state)
     bytes = std::make_shared<const std::vector<std::uint8_t>>(optim::serialize(state_));
   }
   publish_state(std::move(bytes));
@@ -468,6 +465,10 @@ void RoundEngine::after_state(Time) {
 
 void RoundEngine::publish_state(std::shared_ptr<const std::vector<std::uint8_t>> bytes) {
   publish_self("training");
+  // Snapshots nobody fetches go before the new one is hashed (one state's bytes less at the
+  // peak; the old state's bytes are freed once nothing else, a checkpoint being written, holds
+  // them).
+  if (bytes && server_) server_->make_room();
   state_bytes_ = std::move(bytes);
   snapshot_jobs_.clear();  // (a job not taken yet is of an older state)
   if (!state_bytes_ || !opts_.serve_state || !server_) return;
@@ -584,7 +585,7 @@ void RoundEngine::request_mode(OuterMode mode, std::optional<std::uint64_t> from
                                std::function<void(transport::Result<std::uint64_t>)> done) {
   // From the highest round any live member has reached (a node that just joined may still be
   // behind), plus the lead that lets every member see the record before that round.
-  std::uint64_t highest = state_.round + (phase_ == Phase::stepping ? 1 : 0);
+  std::uint64_t highest = state_.round + (phase_ == Phase::stepping && !syncing() ? 1 : 0);
   for (const auto& m : members_.live(now)) highest = std::max(highest, m.round);
   const std::uint64_t first = highest + opts_.mode_lead;
   const std::uint64_t r = from_round.value_or(first);
@@ -695,7 +696,6 @@ void RoundEngine::sync_done(Time now) {
   sync_offer_ = download_->offer();
   download_.reset();
   offers_retry_ = Time::max();
-  if (w->serialise) server_->make_room();  // (as in finish_round)
   phase_ = Phase::stepping;
   step_ = w;
   step_jobs_.push_back({++step_seq_, [w] { w->run(); }});

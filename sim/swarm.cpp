@@ -1,6 +1,7 @@
 #include "sim/swarm.hpp"
 
 #include <chrono>
+#include <cmath>
 #include <random>
 #include <stdexcept>
 
@@ -211,7 +212,8 @@ NetModel::Placement Swarm::placement(std::size_t i) const {
 
 double Swarm::loss(std::size_t i) const {
   if (!opts_.workload) throw std::logic_error("Swarm::loss: no workload");
-  return opts_.workload->loss(nodes_.at(i)->engine->state().phi);
+  const auto& e = *nodes_.at(i)->engine;
+  return e.stepping() ? NAN : opts_.workload->loss(e.state().phi);
 }
 
 void Swarm::inner_phase(std::size_t i, std::span<float> theta) {

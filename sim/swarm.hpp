@@ -99,7 +99,8 @@ class Swarm {
   double utilization(std::size_t i) const;
   /// Where node i was placed (with a NetModel).
   NetModel::Placement placement(std::size_t i) const;
-  /// The workload's loss at node i's slow weights (needs SwarmOptions::workload).
+  /// The workload's loss at node i's slow weights (needs SwarmOptions::workload); NaN while its
+  /// outer step runs (NodeSpec::step_time: φ is with the step).
   double loss(std::size_t i) const;
   const SwarmOptions& options() const { return opts_; }
   /// Called with every report as it happens.

@@ -96,7 +96,9 @@ Snapshot snapshot(Swarm& s) {
   Snapshot r;
   std::vector<std::size_t> ids;
   for (std::size_t i = 0; i < s.size(); ++i)
-    if (s.alive(i) && !s.leaving(i) && s.engine(i).has_state()) ids.push_back(i);
+    // (A node whose outer step is running holds no φ meanwhile: NodeSpec::step_time.)
+    if (s.alive(i) && !s.leaving(i) && s.engine(i).has_state() && !s.engine(i).stepping())
+      ids.push_back(i);
   r.live = ids.size();
   if (ids.empty()) return r;
   const std::size_t P = s.engine(ids[0]).state().phi.size();
