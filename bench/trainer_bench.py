@@ -124,13 +124,11 @@ def one_run(binary, args, overlap):
                 r = json.load(f)
             h = args.inner_steps
             calls = r["calls"]
-            handoff = [json.loads(l) for l in open(os.path.join(work, name + ".jsonl"))
-                       if '"event":"handoff"' in l]
-            rounds = [json.loads(l) for l in open(os.path.join(work, name + ".jsonl"))
-                      if '"event":"round"' in l]
-            stop = [json.loads(l) for l in open(os.path.join(work, name + ".jsonl"))
-                    if '"event":"stop"' in l]
-            stop = stop[-1] if stop else {}
+            with open(os.path.join(work, name + ".jsonl")) as f:
+                events = [json.loads(l) for l in f if l.strip()]
+            handoff = [e for e in events if e.get("event") == "handoff"]
+            rounds = [e for e in events if e.get("event") == "round"]
+            stop = ([e for e in events if e.get("event") == "stop"] or [{}])[-1]
             # Call k (1-based) with k % H == 0 ends inner phase k / H: the node's round j = k/H - 1
             # runs in it (without overlap). Counted: the rounds after the first that averaged
             # (before the other node trains, a node waits for partners that are not there yet).

@@ -413,10 +413,14 @@ void RoundEngine::on_op_finished(std::unique_ptr<Protocol> p, Time now) {
 
 void RoundEngine::finish_round(RoundReport r, std::shared_ptr<StepWork> w,
                                std::set<NodeId> members) {
-  phase_ = Phase::stepping;
-  step_ = w;
   step_report_ = std::move(r);
   step_members_ = std::move(members);
+  hand_over(std::move(w));
+}
+
+void RoundEngine::hand_over(std::shared_ptr<StepWork> w) {
+  phase_ = Phase::stepping;
+  step_ = w;
   step_jobs_.push_back({++step_seq_, [w] { w->run(); }});
 }
 
@@ -455,11 +459,8 @@ void RoundEngine::publish_self(const char* status) {
 void RoundEngine::after_state(Time) {
   phi_hash_ = weights_hash(state_.phi);  // once per new φ: reports, record and checks reuse it
   std::shared_ptr<const std::vector<std::uint8_t>> bytes;
-  if (opts_.serve_state && server_) {
-    state_bytes_.reset();
-    server_->make_room();  // (as in publish_state)
+  if (opts_.serve_state && server_)
     bytes = std::make_shared<const std::vector<std::uint8_t>>(optim::serialize(state_));
-  }
   publish_state(std::move(bytes));
 }
 
@@ -696,9 +697,7 @@ void RoundEngine::sync_done(Time now) {
   sync_offer_ = download_->offer();
   download_.reset();
   offers_retry_ = Time::max();
-  phase_ = Phase::stepping;
-  step_ = w;
-  step_jobs_.push_back({++step_seq_, [w] { w->run(); }});
+  hand_over(std::move(w));
 }
 
 void RoundEngine::synced(const std::shared_ptr<StepWork>& w, Time now) {

@@ -28,8 +28,7 @@
 // requests from take_state_requests(), runs the outer steps from take_step_jobs() and builds the
 // snapshots from take_snapshot_jobs() (for a large state each takes seconds: the node runs them
 // off the engine's thread) and hands them back with on_step_done() and on_snapshot(), and calls
-// on_timer at next_deadline(). The engine's own time is the DHT's
-// (record time).
+// on_timer at next_deadline(). The engine's own time is the DHT's (record time).
 #pragma once
 
 #include <deque>
@@ -270,7 +269,9 @@ class RoundEngine {
   /// Ends the round: the driver runs `w`, on_step_done reports `r` (and, for a DiLoCo group of
   /// several `members`, checks their hashes against ours).
   void finish_round(RoundReport r, std::shared_ptr<StepWork> w, std::set<NodeId> members = {});
-  /// A new state (start, sync): hash and serialise it here, then publish_state.
+  /// Phase::stepping: `w` goes to the driver as a StepJob.
+  void hand_over(std::shared_ptr<StepWork> w);
+  /// A new state (start): hash and serialise it here, then publish_state.
   void after_state(Time now);
   /// φ changed (its hash is in phi_hash_): publish round and hash, serve `bytes` as a snapshot
   /// (nullptr when the engine serves none) and offer it.
@@ -303,7 +304,7 @@ class RoundEngine {
   Phase phase_ = Phase::none;
   bool has_state_ = false;
   optim::OuterState state_;
-  Digest phi_hash_{};  // BLAKE2b-256 of state_.phi, kept by after_state
+  Digest phi_hash_{};  // BLAKE2b-256 of state_.phi (reports, records and checks reuse it)
   std::vector<SnapshotJob> snapshot_jobs_;
   std::shared_ptr<const std::vector<std::uint8_t>> state_bytes_;  // serialize(state_)
   std::uint64_t snapshot_seq_ = 0;  // of the latest job: the one that matches state_

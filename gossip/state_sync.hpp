@@ -81,8 +81,6 @@ class StateSnapshot {
   const std::vector<std::uint8_t>& manifest_bytes() const { return manifest_bytes_; }
   std::span<const std::uint8_t> chunk(std::uint32_t i) const;
   std::uint32_t chunks() const { return static_cast<std::uint32_t>(manifest_.chunks.size()); }
-  /// The whole snapshot (the bytes its chunks cut up).
-  const std::vector<std::uint8_t>& blob() const { return *blob_; }
 
  private:
   std::shared_ptr<const std::vector<std::uint8_t>> blob_;
@@ -103,10 +101,10 @@ class StateServer {
   explicit StateServer(std::size_t keep = 2, std::uint64_t budget = std::uint64_t{64} << 20)
       : keep_(keep), budget_(budget) {}
   void add(std::shared_ptr<const StateSnapshot> s);
-  /// Called before a new snapshot is built: drops now what add() would drop then (a new
-  /// snapshot is taken to be the size of the latest), the latest included, so that their bytes
-  /// are freed before the new ones are allocated. Until the add(), joiners are refused the
-  /// dropped snapshots (they retry with the new offer).
+  /// Called when a new state is published, before its snapshot is hashed: drops now what add()
+  /// would drop then (a new snapshot is taken to be the size of the latest), the latest
+  /// included, so that their bytes are freed while the new ones are hashed. Until the add(),
+  /// joiners are refused the dropped snapshots (they retry with the new offer).
   void make_room();
   std::shared_ptr<const StateSnapshot> latest() const;
   /// The response body, or an error: malformed request, or errc::rejected for a snapshot or

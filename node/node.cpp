@@ -357,22 +357,15 @@ struct Node::Impl {
   }
   void serve_status();
   void serve_requests();
-  // What a checkpoint takes from the round engine: its round and its state, as the snapshot it
-  // serves to joiners (shared bytes: nothing model-sized is copied) or, when it serves none, a
-  // copy of the state.
+  // What a checkpoint takes from the round engine: its round and its state as the snapshot it
+  // serves to joiners (shared bytes: nothing model-sized is copied; the node's engine always
+  // serves, and while a step runs these are still the state of its round).
   struct EngineView {
     std::uint64_t round = 0;
     std::shared_ptr<const std::vector<std::uint8_t>> bytes;
-    std::optional<optim::OuterState> state;
   };
   static EngineView view_of(const gossip::RoundEngine& e) {
-    EngineView v;
-    v.round = e.state().round;
-    if (auto bytes = e.state_bytes())
-      v.bytes = std::move(bytes);
-    else if (!e.stepping())  // (while a step runs, φ is with it: no state to write)
-      v.state = e.state();
-    return v;
+    return {e.state().round, e.state_bytes()};
   }
   Checkpoint make_checkpoint(EngineView v) {
     Checkpoint c;
@@ -380,10 +373,7 @@ struct Node::Impl {
     c.step = step;
     c.round = v.round;
     c.tokens = tokens;
-    if (v.bytes)
-      c.outer_bytes = std::move(v.bytes);
-    else
-      c.outer = std::move(*v.state);
+    c.outer_bytes = std::move(v.bytes);
     c.workload = workload->save();
     return c;
   }
@@ -407,6 +397,9 @@ struct Node::Impl {
   // a waiting checkpoint costs no model-sized memory of its own.
   std::uint64_t ckpt_written = 0;
   double ckpt_s = 0;
+  double ckpt_mean_s() const {
+    return ckpt_written ? ckpt_s / static_cast<double>(ckpt_written) : NAN;
+  }
   std::thread ckpt_thread;
   std::mutex ckpt_mu;
   std::condition_variable ckpt_cv;
@@ -415,7 +408,7 @@ struct Node::Impl {
   std::uint64_t ckpt_skipped = 0;
   std::optional<std::pair<std::uint64_t, std::uint64_t>> ckpt_last;  // (round, step) last queued
   void checkpoint_in_background(EngineView v) {
-    if (!v.bytes && !v.state) return;
+    if (!v.bytes) return;
     if (ckpt_last == std::pair{v.round, step}) return;
     ckpt_last = {v.round, step};
     auto c = make_checkpoint(std::move(v));
@@ -1340,9 +1333,8 @@ void Node::Impl::summary(SteadyClock::time_point training_since) {
             ",\"syncs\":" + std::to_string(syncs) + ",\"compute_s\":" + json_number(compute_s) +
             ",\"eval_s\":" + json_number(eval_s) + ",\"wall_s\":" + json_number(wall) +
             ",\"utilization\":" + json_number(util) + ",\"peak_rss_bytes\":" + json_number(peak) +
-            ",\"param_bytes\":" + json_number(param_bytes) +
-            ",\"checkpoints\":" + std::to_string(ckpt_written) + ",\"checkpoint_s\":" +
-            json_number(ckpt_written ? ckpt_s / static_cast<double>(ckpt_written) : NAN));
+            ",\"param_bytes\":" + json_number(param_bytes) + ",\"checkpoints\":" +
+            std::to_string(ckpt_written) + ",\"checkpoint_s\":" + json_number(ckpt_mean_s()));
   const std::uint64_t n_rounds = rounds_averaged + rounds_local;
   std::printf(
       "%sstopped at step %llu, round %llu: eval loss %s (floor %s; %s at the first "
@@ -1356,15 +1348,11 @@ void Node::Impl::summary(SteadyClock::time_point training_since) {
       "  rounds    %llu here: %llu averaged, %llu local-only; %llu state sync(s)\n",
       static_cast<unsigned long long>(n_rounds), static_cast<unsigned long long>(rounds_averaged),
       static_cast<unsigned long long>(rounds_local), static_cast<unsigned long long>(syncs));
-  {
-    std::lock_guard lk(ckpt_mu);
-    std::printf(
-        "  checkpts  %llu written in the background (mean %.2f s each), %llu skipped (a newer "
-        "round came while they waited)\n",
-        static_cast<unsigned long long>(ckpt_written),
-        ckpt_written ? ckpt_s / static_cast<double>(ckpt_written) : 0.0,
-        static_cast<unsigned long long>(ckpt_skipped));
-  }
+  std::printf(  // (the checkpoint writer has stopped)
+      "  checkpts  %llu written in the background (mean %.2f s each), %llu skipped (a newer "
+      "round came while they waited)\n",
+      static_cast<unsigned long long>(ckpt_written), ckpt_written ? ckpt_mean_s() : 0.0,
+      static_cast<unsigned long long>(ckpt_skipped));
   std::printf("  traffic   %.1f MB sent, %.1f MB received; mean sync %.0f ms, mean round %.1f s\n",
               static_cast<double>(bytes_sent) / 1e6, static_cast<double>(bytes_received) / 1e6,
               n_rounds ? sync_ms_sum / static_cast<double>(n_rounds) : 0.0,

@@ -251,6 +251,11 @@ double Swarm::utilization(std::size_t i) const {
   return static_cast<double>(n.busy.count()) / static_cast<double>((now_ - n.first_inner).count());
 }
 
+void Swarm::end_step(std::size_t i, gossip::RoundEngine::StepJob& job) {
+  job.run();
+  dht_.call(i, [&](dht::DhtNode&) { nodes_[i]->engine->on_step_done(job.seq, now_); });
+}
+
 void Swarm::service(std::size_t i) {
   auto& n = *nodes_[i];
   if (!n.alive) return;
@@ -264,8 +269,7 @@ void Swarm::service(std::size_t i) {
       steps_.push({now_ + n.spec.step_time, seq_++, i, std::move(job)});
       continue;
     }
-    job.run();
-    dht_.call(i, [&](dht::DhtNode&) { n.engine->on_step_done(job.seq, now_); });
+    end_step(i, job);
     if (!n.alive) return;
   }
   for (auto& job : n.engine->take_snapshot_jobs()) {  // built at once (virtual time)
@@ -417,8 +421,7 @@ void Swarm::step(Time t) {
     PendingStep p = steps_.top();
     steps_.pop();
     if (!alive(p.to)) continue;
-    p.job.run();
-    dht_.call(p.to, [&](dht::DhtNode&) { nodes_[p.to]->engine->on_step_done(p.job.seq, now_); });
+    end_step(p.to, p.job);
     service(p.to);
   }
   while (!wake_.empty() && wake_.begin()->first <= t) {

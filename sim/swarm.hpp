@@ -141,6 +141,7 @@ class Swarm {
   void step(Time t);
   void visit(std::size_t i);    // inner phase, timers, leave, service; then its next wake-up
   void service(std::size_t i);  // drains ops and state requests, handles reports
+  void end_step(std::size_t i, gossip::RoundEngine::StepJob& job);  // runs it, hands it back
   std::optional<Time> deadline(std::size_t i) const;
   void reschedule(std::size_t i);
   void inner_phase(std::size_t i, std::span<float> theta);
