@@ -22,7 +22,6 @@
 
 #include <cstring>
 #include <map>
-#include <sstream>
 
 #include <spdlog/spdlog.h>
 
@@ -48,23 +47,18 @@ struct Options {
   std::vector<std::string> netns, hosts;  // per member, when given
 };
 
-[[noreturn]] void usage(const char* argv0, const std::string& why) {
-  if (!why.empty()) std::fprintf(stderr, "allreduce_bench: %s\n", why.c_str());
-  std::fprintf(stderr,
-               "usage: %s [--procs 2,4] [--sizes 4M,64M,256M] [--reps 3] "
-               "[--codec fp16|bf16|fp32] [--chunk VALUES] [--no-gloo]\n"
-               "       [--streams N] [--netns NS0,NS1,.. --hosts IP0,IP1,..] [--raw]\n",
-               argv0);
+constexpr const char* kSynopsis =
+    "[--procs 2,4] [--sizes 4M,64M,256M] [--reps 3] [--codec fp16|bf16|fp32] [--chunk VALUES] "
+    "[--no-gloo]\n"
+    "       [--streams N] [--netns NS0,NS1,.. --hosts IP0,IP1,..] [--raw]";
+
+// A run that cannot go on (a member failed): says why and exits with status 2.
+[[noreturn]] void fail(const std::string& why) {
+  std::fprintf(stderr, "allreduce_bench: %s\n", why.c_str());
   std::exit(2);
 }
 
-std::vector<std::string> split(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  for (std::string item; std::getline(ss, item, sep);)
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
+using bench::split;
 
 // ---- child: one member -------------------------------------------------------------------------
 
@@ -204,7 +198,7 @@ std::vector<GroveResult> run_grove(std::size_t n, const Options& opt) {
   std::string members;
   for (auto& k : kids) {
     auto line = bench::read_line(k.from.r, Duration(30000));
-    if (!line) usage("allreduce_bench", "a member did not start");
+    if (!line) fail("a member did not start");
     members += *line + "\n";
   }
   for (auto& k : kids) bench::write_all(k.to.w, members + "end\n");
@@ -219,7 +213,7 @@ std::vector<GroveResult> run_grove(std::size_t n, const Options& opt) {
                          "prep " + std::to_string(bytes) + " " + std::to_string(rep) + "\n");
       for (auto& k : kids) {
         auto line = bench::read_line(k.from.r, Duration(600000));
-        if (!line || *line != "ready") usage("allreduce_bench", "a member failed to prepare");
+        if (!line || *line != "ready") fail("a member failed to prepare");
       }
       for (auto& k : kids) bench::write_all(k.to.w, "go\n");
       double worst = 0, cpu = 0, build = 0;
@@ -287,58 +281,39 @@ std::map<std::uint64_t, double> run_gloo(std::size_t n, const Options& opt) {
 
 int main(int argc, char** argv) {
   Options opt;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) usage(argv[0], a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--procs") {
-      opt.procs.clear();
-      for (auto& s : split(next(), ',')) {
-        const auto v = std::strtoull(s.c_str(), nullptr, 10);
-        if (v < 1 || v > 64) usage(argv[0], "--procs: each value must be 1..64");
-        opt.procs.push_back(v);
-      }
-    } else if (a == "--sizes") {
-      opt.sizes.clear();
-      for (auto& s : split(next(), ',')) {
-        auto v = bench::parse_size(s);
-        if (!v || *v < 4 || *v % 4) usage(argv[0], "--sizes: bad size " + s);
-        opt.sizes.push_back(*v);
-      }
-    } else if (a == "--reps") {
-      opt.reps = std::atoi(next().c_str());
-      if (opt.reps < 1) usage(argv[0], "--reps must be >= 1");
-    } else if (a == "--codec") {
-      const auto c = gossip::parse_codec(next());
-      if (!c || *c == gossip::WireCodec::e3m0) usage(argv[0], "--codec: fp32, fp16 or bf16");
+  bench::Args args(argc, argv, kSynopsis);
+  while (args.next()) {
+    if (args.is("--procs")) {
+      opt.procs = args.numbers<std::size_t>(1, 64);
+    } else if (args.is("--sizes")) {
+      opt.sizes = args.sizes(4, bench::Args::kMaxSize, 4);
+    } else if (args.is("--reps")) {
+      opt.reps = args.number(1);
+    } else if (args.is("--codec")) {
+      const std::string v = args.value();
+      const auto c = gossip::parse_codec(v);
+      if (!c || *c == gossip::WireCodec::e3m0) args.bad_value(v, "fp32, fp16 or bf16");
       opt.codec = *c;
-    } else if (a == "--chunk") {
-      const auto v = bench::parse_size(next());
-      if (!v || *v == 0 || *v % 256 || *v > (4u << 20))
-        usage(argv[0], "--chunk: values per message, a multiple of 256 up to 4M");
-      opt.chunk_values = *v;
-    } else if (a == "--no-gloo") {
+    } else if (args.is("--chunk")) {
+      opt.chunk_values = args.size(256, 4u << 20, 256);  // values per message
+    } else if (args.is("--no-gloo")) {
       opt.gloo = false;
-    } else if (a == "--streams") {
-      opt.streams = std::strtoull(next().c_str(), nullptr, 10);
-      if (opt.streams < 1 || opt.streams > 16) usage(argv[0], "--streams: 1..16");
-    } else if (a == "--raw") {
+    } else if (args.is("--streams")) {
+      opt.streams = args.number<std::size_t>(1, 16);
+    } else if (args.is("--raw")) {
       opt.raw = true;
-    } else if (a == "--netns") {
-      opt.netns = split(next(), ',');
-    } else if (a == "--hosts") {
-      opt.hosts = split(next(), ',');
+    } else if (args.is("--netns")) {
+      opt.netns = args.list();
+    } else if (args.is("--hosts")) {
+      opt.hosts = args.list();
     } else {
-      usage(argv[0], "unknown option " + a);
+      args.unknown();
     }
   }
   std::size_t most = 0;
   for (auto n : opt.procs) most = std::max(most, n);
-  if (!opt.netns.empty() && opt.netns.size() < most)
-    usage(argv[0], "--netns: one namespace per member");
-  if (!opt.hosts.empty() && opt.hosts.size() < most) usage(argv[0], "--hosts: one per member");
+  if (!opt.netns.empty() && opt.netns.size() < most) args.fail("--netns: one namespace per member");
+  if (!opt.hosts.empty() && opt.hosts.size() < most) args.fail("--hosts: one per member");
   if (!opt.netns.empty()) opt.gloo = false;  // Gloo on the namespaces: netns_allreduce.sh
   spdlog::set_level(spdlog::level::warn);
   std::printf(

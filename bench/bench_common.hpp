@@ -1,5 +1,6 @@
-// Helpers shared by the benchmark programs: size parsing, medians, pipes between forked
-// processes, children bound to the parent's life, and a Host running on its own io thread.
+// Helpers shared by the benchmark programs: argument parsing (bench/args.hpp), medians, pipes
+// between forked processes, children bound to the parent's life, and a Host running on its own
+// io thread.
 #pragma once
 
 #include <fcntl.h>
@@ -28,6 +29,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include "bench/args.hpp"
 #include "transport/host.hpp"
 
 namespace grove::bench {
@@ -40,34 +42,21 @@ inline double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-/// Parses "123", "64K", "8M", "2G", "1T" (binary multiples, case-insensitive, optional "iB"/"B").
-inline std::optional<std::uint64_t> parse_size(std::string_view s) {
-  if (s.empty()) return std::nullopt;
-  std::uint64_t v = 0;
-  std::size_t i = 0;
-  for (; i < s.size() && s[i] >= '0' && s[i] <= '9'; ++i) {
-    if (v > (~std::uint64_t{0} - 9) / 10) return std::nullopt;
-    v = v * 10 + static_cast<std::uint64_t>(s[i] - '0');
-  }
-  if (i == 0) return std::nullopt;
-  std::string rest(s.substr(i));
-  for (auto& c : rest) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  int shift = 0;
-  if (rest.empty() || rest == "b") {
-    shift = 0;
-  } else if (rest == "k" || rest == "kib" || rest == "kb") {
-    shift = 10;
-  } else if (rest == "m" || rest == "mib" || rest == "mb") {
-    shift = 20;
-  } else if (rest == "g" || rest == "gib" || rest == "gb") {
-    shift = 30;
-  } else if (rest == "t" || rest == "tib" || rest == "tb") {
-    shift = 40;
+/// Reads --chunk and --window (a session's stream chunk and flow-control window, bytes) and
+/// --workers (transport worker pool threads, at most 256), the options of the programs that
+/// stream over the transport; false when the current option is none of them.
+inline bool read_stream_option(Args& args, std::size_t& chunk, std::size_t& window,
+                               std::size_t& workers) {
+  if (args.is("--chunk")) {
+    chunk = args.size(1);
+  } else if (args.is("--window")) {
+    window = args.size(1);
+  } else if (args.is("--workers")) {
+    workers = std::min<std::uint64_t>(args.size(1), 256);
   } else {
-    return std::nullopt;
+    return false;
   }
-  if (shift && v > (~std::uint64_t{0} >> shift)) return std::nullopt;
-  return v << shift;
+  return true;
 }
 
 inline double median(std::vector<double> v) {

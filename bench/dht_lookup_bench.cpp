@@ -14,7 +14,6 @@
 //   dht_lookup_bench [--max N] [--lookups L] [--records R] [--seed S] [--loss-pct P]
 // (--loss-pct changes the 1 % message loss, to see what loss costs.)
 #include <algorithm>
-#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -28,6 +27,7 @@
 #include <string_view>
 #include <vector>
 
+#include "bench/args.hpp"
 #include "sim/dht_network.hpp"
 
 namespace {
@@ -195,47 +195,24 @@ void print_row(const Row& r) {
   std::fflush(stdout);
 }
 
-bool parse_u64(const char* s, std::uint64_t& out) {
-  const std::string_view v(s);
-  auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
-  return ec == std::errc() && p == v.data() + v.size();
-}
-
-int usage(const char* argv0) {
-  std::fprintf(
-      stderr, "usage: %s [--max N] [--lookups L] [--records R] [--seed S] [--loss-pct P]\n", argv0);
-  return 2;
-}
 }  // namespace
 
 int main(int argc, char** argv) {
   Options opt;
-  for (int a = 1; a < argc; ++a) {
-    const std::string_view arg(argv[a]);
-    std::uint64_t v = 0;
-    if (arg == "--loss-pct" && a + 1 < argc) {
-      char* end = nullptr;
-      const double p = std::strtod(argv[++a], &end);
-      if (*end != '\0' || !(p >= 0 && p <= 100)) return usage(argv[0]);
-      opt.loss = p / 100;
-      continue;
-    }
-    if (arg == "--help" || arg == "-h") {
-      usage(argv[0]);
-      return 0;
-    }
-    if (a + 1 >= argc || !parse_u64(argv[a + 1], v)) return usage(argv[0]);
-    ++a;
-    if (arg == "--max") {
-      opt.max_nodes = v;
-    } else if (arg == "--lookups") {
-      opt.lookups = v;
-    } else if (arg == "--records") {
-      opt.records = v;
-    } else if (arg == "--seed") {
-      opt.seed = v;
+  bench::Args args(argc, argv, "[--max N] [--lookups L] [--records R] [--seed S] [--loss-pct P]");
+  while (args.next()) {
+    if (args.is("--loss-pct")) {
+      opt.loss = args.number(0.0, 100.0) / 100;
+    } else if (args.is("--max")) {
+      opt.max_nodes = args.number<std::size_t>();
+    } else if (args.is("--lookups")) {
+      opt.lookups = args.number<std::size_t>();
+    } else if (args.is("--records")) {
+      opt.records = args.number<std::size_t>();
+    } else if (args.is("--seed")) {
+      opt.seed = args.number<std::uint64_t>();
     } else {
-      return usage(argv[0]);
+      args.unknown();
     }
   }
   const dht::DhtOptions d = sim_options();

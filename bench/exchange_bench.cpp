@@ -9,7 +9,6 @@
 
 #include <cstring>
 #include <future>
-#include <sstream>
 
 #include "bench/bench_common.hpp"
 #include "gossip/exchange.hpp"
@@ -19,14 +18,6 @@ namespace {
 
 using namespace grove;
 using transport::Duration;
-
-[[noreturn]] void usage(const char* argv0, const std::string& why) {
-  std::fprintf(stderr,
-               "exchange_bench: %s\nusage: %s [--mbit 100] [--sizes 16M,64M] "
-               "[--codec fp16|bf16|fp32|e3m0] [--reps 3] [--chunk VALUES]\n",
-               why.c_str(), argv0);
-  std::exit(2);
-}
 
 std::vector<float> values(std::size_t n, std::uint32_t seed) {
   std::vector<float> v(n);
@@ -46,37 +37,26 @@ int main(int argc, char** argv) {
   gossip::WireCodec codec = gossip::WireCodec::fp16;
   int reps = 3;
   std::size_t chunk_values = gossip::ExchangeOptions{}.chunk_values;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) usage(argv[0], a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--mbit") {
-      mbit = std::atof(next().c_str());
-      if (!(mbit > 0)) usage(argv[0], "--mbit must be > 0");
-    } else if (a == "--sizes") {
-      sizes.clear();
-      std::stringstream ss(next());
-      for (std::string s; std::getline(ss, s, ',');) {
-        auto v = bench::parse_size(s);
-        if (!v || *v < 1024 || *v % 1024) usage(argv[0], "bad size " + s);
-        sizes.push_back(*v);
-      }
-    } else if (a == "--codec") {
-      auto c = gossip::parse_codec(next());
-      if (!c) usage(argv[0], "unknown codec");
+  bench::Args args(argc, argv,
+                   "[--mbit 100] [--sizes 16M,64M] [--codec fp16|bf16|fp32|e3m0] [--reps 3] "
+                   "[--chunk VALUES]");
+  while (args.next()) {
+    if (args.is("--mbit")) {
+      mbit = args.number<double>();
+      if (!(mbit > 0)) args.fail("--mbit must be > 0");
+    } else if (args.is("--sizes")) {
+      sizes = args.sizes(1024, bench::Args::kMaxSize, 1024);
+    } else if (args.is("--codec")) {
+      const std::string v = args.value();
+      auto c = gossip::parse_codec(v);
+      if (!c) args.bad_value(v, "fp16, bf16, fp32 or e3m0");
       codec = *c;
-    } else if (a == "--chunk") {
-      auto v = bench::parse_size(next());
-      if (!v || *v == 0 || *v % 256 || *v > (4u << 20))
-        usage(argv[0], "--chunk: values per message, a multiple of 256 up to 4M");
-      chunk_values = *v;
-    } else if (a == "--reps") {
-      reps = std::atoi(next().c_str());
-      if (reps < 1) usage(argv[0], "--reps must be >= 1");
+    } else if (args.is("--chunk")) {
+      chunk_values = args.size(256, 4u << 20, 256);  // values per message
+    } else if (args.is("--reps")) {
+      reps = args.number(1);
     } else {
-      usage(argv[0], "unknown option " + a);
+      args.unknown();
     }
   }
   spdlog::set_level(spdlog::level::warn);

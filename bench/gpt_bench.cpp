@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/args.hpp"
 #include "node/config.hpp"
 
 #include "node/workload.hpp"
@@ -37,36 +38,33 @@ int main(int argc, char** argv) {
   WorkloadSpec spec;
   RunConfig& c = spec.config;
   unsigned steps = 300, timed = 20, eval_every = 100;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string k = argv[i], v = argv[i + 1];
-    if (k == "--model")
-      c.model = v;
-    else if (k == "--batch")
-      c.batch = static_cast<std::uint32_t>(std::stoul(v));
-    else if (k == "--seq")
-      c.seq_len = static_cast<std::uint32_t>(std::stoul(v));
-    else if (k == "--threads")
-      spec.threads = static_cast<unsigned>(std::stoul(v));
-    else if (k == "--steps")
-      steps = static_cast<unsigned>(std::stoul(v));
-    else if (k == "--lr")
-      c.lr = std::stof(v);
-    else if (k == "--warmup")
-      c.warmup = static_cast<std::uint32_t>(std::stoul(v));
-    else if (k == "--timed")
-      timed = static_cast<unsigned>(std::stoul(v));
-    else if (k == "--eval-every")
-      eval_every = static_cast<unsigned>(std::stoul(v));
-    else {
-      std::fprintf(stderr, "unknown option %s\n", k.c_str());
-      return 2;
-    }
+  grove::bench::Args args(argc, argv,
+                          "[--model small] [--batch 16] [--seq 128] [--threads 0] [--steps 300]\n"
+                          "       [--lr 0.001] [--warmup 100] [--timed 20] [--eval-every 100]");
+  while (args.next()) {
+    if (args.is("--model"))
+      c.model = args.value();
+    else if (args.is("--batch"))
+      c.batch = args.number<std::uint32_t>();
+    else if (args.is("--seq"))
+      c.seq_len = args.number<std::uint32_t>();
+    else if (args.is("--threads"))
+      spec.threads = args.number<unsigned>();
+    else if (args.is("--steps"))
+      steps = args.number<unsigned>();
+    else if (args.is("--lr"))
+      c.lr = args.number<float>();
+    else if (args.is("--warmup"))
+      c.warmup = args.number<std::uint32_t>();
+    else if (args.is("--timed"))
+      timed = args.number<unsigned>();
+    else if (args.is("--eval-every"))
+      eval_every = args.number(1u);
+    else
+      args.unknown();
   }
   c.schedule_steps = std::max<std::uint32_t>(steps, c.warmup + 1);
-  if (const auto e = c.check(); !e.empty()) {
-    std::fprintf(stderr, "bad option: %s\n", e.c_str());
-    return 2;
-  }
+  if (const auto e = c.check(); !e.empty()) args.fail("bad option: " + e);
   const auto w = make_gpt_workload(spec);
   std::printf("%s, batch %u x seq %u, threads %u\n", w->describe().c_str(), c.batch, c.seq_len,
               spec.threads);

@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/args.hpp"
 #include "optim/codecs.hpp"
 #include "optim/outer.hpp"
 
@@ -43,22 +44,16 @@ int main(int argc, char** argv) {
   std::size_t n = std::size_t{16} << 20;  // 16M floats = 64 MiB per buffer (beyond any cache)
   int reps = 9;
   unsigned threads = 0;  // the threaded rows: 0 = every hardware thread
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--values" && i + 1 < argc)
-      n = std::strtoull(argv[++i], nullptr, 10);
-    else if (a == "--reps" && i + 1 < argc)
-      reps = std::atoi(argv[++i]);
-    else if (a == "--threads" && i + 1 < argc)
-      threads = static_cast<unsigned>(std::atoi(argv[++i]));
-    else {
-      std::fprintf(stderr, "usage: %s [--values N] [--reps R] [--threads T]\n", argv[0]);
-      return 2;
-    }
-  }
-  if (n == 0 || reps <= 0) {
-    std::fprintf(stderr, "optim_bench: --values and --reps must be positive\n");
-    return 2;
+  grove::bench::Args args(argc, argv, "[--values N] [--reps R] [--threads T]");
+  while (args.next()) {
+    if (args.is("--values"))
+      n = args.number<std::size_t>(1);
+    else if (args.is("--reps"))
+      reps = args.number(1);
+    else if (args.is("--threads"))
+      threads = args.number(0u);
+    else
+      args.unknown();
   }
   std::mt19937 rng(1);
   std::normal_distribution<float> d(0.0f, 1.0f);

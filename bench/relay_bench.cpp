@@ -56,34 +56,59 @@ class CheckingSink : public StreamSink {
   bool bad_ = false;
 };
 
-NodeId parse_id(const std::string& hex) {
+// The roles and their options, as in the comment at the top of this file.
+constexpr const char* kRoles =
+    "  relay --listen IP:PORT                a relay; prints \"id HEX\"\n"
+    "  sink --listen IP:PORT                 a receiver others dial; prints \"id HEX\" and\n"
+    "                                        \"address IP:PORT\"\n"
+    "  sink --relay IP:PORT --relay-id HEX   a receiver that accepts no connections: reserves\n"
+    "                                        at the relay, prints its relay address\n"
+    "  send --to ADDRESS --to-id HEX [--bytes N]\n"
+    "                                        streams N bytes (default 256M)\n"
+    "servers run until stdin closes";
+
+// A node id in hex (64 digits); fails the arguments if it is not one.
+NodeId parse_id(grove::bench::Args& args) {
+  const std::string hex = args.value();
   NodeId id{};
   std::string addr;
   // A relay address names the id in hex: let its parser check this one.
-  if (hex.size() != 64 || !parse_relay_address("relay:" + hex + "@x", id, addr)) {
-    std::fprintf(stderr, "relay_bench: bad id '%s'\n", hex.c_str());
-    std::exit(2);
-  }
+  if (hex.size() != 64 || !parse_relay_address("relay:" + hex + "@x", id, addr))
+    args.bad_value(hex, "a node id, 64 hex digits");
   return id;
-}
-
-std::string arg(int argc, char** argv, const std::string& name, const std::string& def = "") {
-  for (int i = 2; i + 1 < argc; ++i)
-    if (argv[i] == name) return argv[i + 1];
-  return def;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) {
-    std::fprintf(stderr, "usage: relay_bench relay|sink|send [options] (see the source)\n");
-    return 2;
-  }
-  const std::string role = argv[1];
-  HostThread ht;
+  grove::bench::Args args(argc, argv, "relay|sink|send [options]", kRoles);
+  const std::string role = args.positional("the role (relay, sink or send)");
+  if (role != "relay" && role != "sink" && role != "send") args.fail("unknown role " + role);
   HostOptions o;
-  o.listen = arg(argc, argv, "--listen");
+  o.listen = "";  // dial-only unless --listen names an address
+  std::string relay, to;
+  std::optional<NodeId> relay_id, to_id;
+  std::uint64_t bytes = 256u << 20;
+  while (args.next()) {
+    if (args.is("--listen"))
+      o.listen = args.value();
+    else if (args.is("--relay"))
+      relay = args.value();
+    else if (args.is("--relay-id"))
+      relay_id = parse_id(args);
+    else if (args.is("--to"))
+      to = args.value();
+    else if (args.is("--to-id"))
+      to_id = parse_id(args);
+    else if (args.is("--bytes"))
+      bytes = args.size();
+    else
+      args.unknown();
+  }
+  if (role == "sink" && o.listen.empty() && !relay_id)
+    args.fail("sink needs --listen or --relay-id");
+  if (role == "send" && !to_id) args.fail("send needs --to-id");
+  HostThread ht;
   o.relay.bytes_per_sec = 0;  // the network is the limit here
   Host& h = ht.create(Identity::generate(), o);
   if (role == "sink")
@@ -95,8 +120,7 @@ int main(int argc, char** argv) {
   if (role == "relay" || role == "sink") {
     std::string me = h.address();
     if (role == "sink" && o.listen.empty()) {
-      const std::string relay = arg(argc, argv, "--relay");
-      const NodeId rid = parse_id(arg(argc, argv, "--relay-id"));
+      const NodeId rid = *relay_id;
       std::promise<std::error_code> p;
       h.reserve_relay(PeerRef::node(rid, relay), [&](std::error_code ec) { p.set_value(ec); });
       if (auto ec = p.get_future().get()) {
@@ -112,13 +136,9 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
-  if (role != "send") return 2;
-  const std::string to = arg(argc, argv, "--to");
-  const NodeId to_id = parse_id(arg(argc, argv, "--to-id"));
-  const auto bytes = grove::bench::parse_size(arg(argc, argv, "--bytes", "256M")).value_or(0);
   // Connect first (dial, and for a relay the circuit), then time the stream alone.
   std::promise<Result<PeerInfo>> c;
-  h.connect(PeerRef::node(to_id, to), [&](Result<PeerInfo> r) { c.set_value(std::move(r)); });
+  h.connect(PeerRef::node(*to_id, to), [&](Result<PeerInfo> r) { c.set_value(std::move(r)); });
   auto peer = c.get_future().get();
   if (!peer) {
     std::fprintf(stderr, "relay_bench: connect failed: %s\n", peer.error().message().c_str());
@@ -126,7 +146,7 @@ int main(int argc, char** argv) {
   }
   std::promise<std::error_code> done;
   const auto t0 = std::chrono::steady_clock::now();
-  h.send_stream(PeerRef::node(to_id, to), "bench", Bytes(), std::make_shared<PatternSource>(bytes),
+  h.send_stream(PeerRef::node(*to_id, to), "bench", Bytes(), std::make_shared<PatternSource>(bytes),
                 [&](std::error_code ec) { done.set_value(ec); });
   const auto ec = done.get_future().get();
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

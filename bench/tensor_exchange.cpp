@@ -42,72 +42,36 @@ struct Options {
   bool bad_hash = false;        // self-test: A announces a wrong hash, B must fail the run
 };
 
-[[noreturn]] void usage(const char* argv0, int rc) {
-  std::fprintf(rc ? stderr : stdout,
-               "usage: %s [--floats N] [--seed S] [--state-dir DIR] [--chunk BYTES] "
-               "[--window BYTES] [--workers N] [--timeout SECONDS]\n"
-               "  --floats     float32 values per tensor (default 64M = 256 MiB; K/M/G allowed)\n"
-               "  --seed       content seed of process A; B uses seed+1 (default 1)\n"
-               "  --state-dir  parent of the two nodes' state dirs a/ and b/ (kept); default: a\n"
-               "               temporary directory that is removed at exit\n"
-               "  --chunk, --window  stream chunk and flow-control window (default 1M, 8M)\n"
-               "  --workers    transport worker threads per process (default 2)\n"
-               "  --timeout    give up after this many seconds (default 60 + 10 per GiB)\n"
-               "  --self-test-bad-hash  A announces a wrong hash: the run must fail (checks "
-               "the checks)\n",
-               argv0);
-  std::exit(rc);
-}
-
 Options parse_args(int argc, char** argv) {
+  grove::bench::Args args(
+      argc, argv,
+      "[--floats N] [--seed S] [--state-dir DIR] [--chunk BYTES] [--window BYTES] [--workers N] "
+      "[--timeout SECONDS]",
+      "  --floats     float32 values per tensor (default 64M = 256 MiB; K/M/G allowed)\n"
+      "  --seed       content seed of process A; B uses seed+1 (default 1)\n"
+      "  --state-dir  parent of the two nodes' state dirs a/ and b/ (kept); default: a\n"
+      "               temporary directory that is removed at exit\n"
+      "  --chunk, --window  stream chunk and flow-control window (default 1M, 8M)\n"
+      "  --workers    transport worker threads per process (default 2)\n"
+      "  --timeout    give up after this many seconds (default 60 + 10 per GiB)\n"
+      "  --self-test-bad-hash  A announces a wrong hash: the run must fail (checks the checks)\n");
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "-h" || a == "--help") usage(argv[0], 0);
-    if (a == "--self-test-bad-hash") {
+  while (args.next()) {
+    if (args.is("--self-test-bad-hash")) {
       o.bad_hash = true;
-      continue;
-    }
-    if (i + 1 >= argc) {
-      std::fprintf(stderr, "%s: missing value for %s\n", argv[0], a.c_str());
-      usage(argv[0], 2);
-    }
-    const std::string v = argv[++i];
-    auto number = [&](bool allow_zero) {
-      auto s = grove::bench::parse_size(v);
-      if (!s || (!allow_zero && *s == 0)) {
-        std::fprintf(stderr, "%s: bad value '%s' for %s\n", argv[0], v.c_str(), a.c_str());
-        usage(argv[0], 2);
-      }
-      return *s;
-    };
-    if (a == "--floats") {
-      o.floats = number(false);
-    } else if (a == "--seed") {
-      o.seed = number(true);
-    } else if (a == "--state-dir") {
-      o.state_dir = v;
-    } else if (a == "--chunk") {
-      o.chunk = number(false);
-    } else if (a == "--window") {
-      o.window = number(false);
-    } else if (a == "--workers") {
-      o.workers = std::min<std::uint64_t>(number(false), 256);
-    } else if (a == "--timeout") {
-      o.timeout_s = number(false);
-    } else {
-      std::fprintf(stderr, "%s: unknown option %s\n", argv[0], a.c_str());
-      usage(argv[0], 2);
+    } else if (args.is("--floats")) {
+      o.floats = args.size(1, (1ull << 40) / 4);
+    } else if (args.is("--seed")) {
+      o.seed = args.size();
+    } else if (args.is("--state-dir")) {
+      o.state_dir = args.value();
+    } else if (args.is("--timeout")) {
+      o.timeout_s = args.size(1);
+    } else if (!grove::bench::read_stream_option(args, o.chunk, o.window, o.workers)) {
+      args.unknown();
     }
   }
-  if (o.floats > (1ull << 40) / 4) {
-    std::fprintf(stderr, "%s: --floats too large\n", argv[0]);
-    std::exit(2);
-  }
-  if (o.window < o.chunk) {
-    std::fprintf(stderr, "%s: --window must be at least --chunk\n", argv[0]);
-    std::exit(2);
-  }
+  if (o.window < o.chunk) args.fail("--window must be at least --chunk");
   if (o.timeout_s == 0) o.timeout_s = 60 + 10 * ((o.floats * 4 + (1ull << 30) - 1) >> 30);
   return o;
 }

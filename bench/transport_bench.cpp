@@ -80,68 +80,34 @@ struct Options {
   std::string csv;
 };
 
-[[noreturn]] void usage(const char* argv0, int rc) {
-  std::fprintf(rc ? stderr : stdout,
-               "usage: %s [--bytes N] [--reps N] [--chunk BYTES] [--window BYTES] [--workers N] "
-               "[--csv FILE]\n"
-               "  --bytes    bytes per encrypted stream and per raw TCP transfer (default 2G)\n"
-               "  --reps     repetitions; each row reports the median (default 3)\n"
-               "  --chunk    stream chunk (payload bytes per frame, default 1M)\n"
-               "  --window   stream flow-control window (default 8M)\n"
-               "  --workers  transport worker pool threads per process (default 2)\n"
-               "  --crypto   inline|workers: where records are sealed/opened (default: the\n"
-               "             transport's choice for this machine, inline with <= 2 hw threads)\n"
-               "  --csv      also write every measurement to FILE\n"
-               "sizes accept K, M, G suffixes (binary)\n",
-               argv0);
-  std::exit(rc);
-}
-
 Options parse_args(int argc, char** argv) {
+  grove::bench::Args args(
+      argc, argv,
+      "[--bytes N] [--reps N] [--chunk BYTES] [--window BYTES] [--workers N] [--csv FILE]",
+      "  --bytes    bytes per encrypted stream and per raw TCP transfer (default 2G)\n"
+      "  --reps     repetitions; each row reports the median (default 3)\n"
+      "  --chunk    stream chunk (payload bytes per frame, default 1M)\n"
+      "  --window   stream flow-control window (default 8M)\n"
+      "  --workers  transport worker pool threads per process (default 2)\n"
+      "  --crypto   inline|workers: where records are sealed/opened (default: the\n"
+      "             transport's choice for this machine, inline with <= 2 hw threads)\n"
+      "  --csv      also write every measurement to FILE\n"
+      "sizes accept K, M, G suffixes (binary)\n");
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "-h" || a == "--help") usage(argv[0], 0);
-    if (i + 1 >= argc) {
-      std::fprintf(stderr, "%s: missing value for %s\n", argv[0], a.c_str());
-      usage(argv[0], 2);
-    }
-    const std::string v = argv[++i];
-    auto size = [&] {
-      auto s = grove::bench::parse_size(v);
-      if (!s || *s == 0) {
-        std::fprintf(stderr, "%s: bad value '%s' for %s\n", argv[0], v.c_str(), a.c_str());
-        usage(argv[0], 2);
-      }
-      return *s;
-    };
-    if (a == "--bytes") {
-      o.bytes = size();
-    } else if (a == "--reps") {
-      o.reps = static_cast<int>(std::min<std::uint64_t>(size(), 1000));
-    } else if (a == "--chunk") {
-      o.chunk = size();
-    } else if (a == "--window") {
-      o.window = size();
-    } else if (a == "--workers") {
-      o.workers = std::min<std::uint64_t>(size(), 256);
-    } else if (a == "--crypto") {
-      if (v != "inline" && v != "workers") {
-        std::fprintf(stderr, "%s: --crypto must be inline or workers\n", argv[0]);
-        std::exit(2);
-      }
-      o.inline_crypto = v == "inline";
-    } else if (a == "--csv") {
-      o.csv = v;
-    } else {
-      std::fprintf(stderr, "%s: unknown option %s\n", argv[0], a.c_str());
-      usage(argv[0], 2);
+  while (args.next()) {
+    if (args.is("--bytes")) {
+      o.bytes = args.size(1);
+    } else if (args.is("--reps")) {
+      o.reps = static_cast<int>(std::min<std::uint64_t>(args.size(1), 1000));
+    } else if (args.is("--crypto")) {
+      o.inline_crypto = args.choice({"inline", "workers"}) == "inline";
+    } else if (args.is("--csv")) {
+      o.csv = args.value();
+    } else if (!grove::bench::read_stream_option(args, o.chunk, o.window, o.workers)) {
+      args.unknown();
     }
   }
-  if (o.window < o.chunk) {
-    std::fprintf(stderr, "%s: --window must be at least --chunk\n", argv[0]);
-    std::exit(2);
-  }
+  if (o.window < o.chunk) args.fail("--window must be at least --chunk");
   return o;
 }
 

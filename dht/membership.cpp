@@ -45,7 +45,7 @@ std::vector<std::uint8_t> encode_member(const MemberInfo& m) {
   p.pack_double(m.throughput);
   p.pack_bin(32);
   p.pack_bin_body(reinterpret_cast<const char*>(m.weights_hash.data()), 32);
-  p.pack_uint8(m.reach);
+  p.pack_uint8(static_cast<std::uint8_t>(m.reach));
   const auto* d = reinterpret_cast<const std::uint8_t*>(buf.data());
   return {d, d + buf.size()};
 }
@@ -82,7 +82,7 @@ transport::Result<MemberInfo> decode_member(std::span<const std::uint8_t> value)
   std::memcpy(m.weights_hash.data(), a[6].via.bin.ptr, 32);
   if (o.via.array.size == 8) {
     if (a[7].type != T::POSITIVE_INTEGER || a[7].via.u64 > 2) return transport::errc::malformed;
-    m.reach = static_cast<std::uint8_t>(a[7].via.u64);
+    m.reach = static_cast<transport::Reachability>(a[7].via.u64);
   }
   return m;
 }

@@ -12,6 +12,7 @@
 #include <map>
 
 #include "dht/node.hpp"
+#include "transport/reach.hpp"
 
 namespace grove::dht {
 
@@ -24,10 +25,9 @@ struct MemberInfo {
   std::string status;       ///< joining, training, ready, averaging, leaving, ...
   double throughput = 0;    ///< samples per second
   std::array<std::uint8_t, 32> weights_hash{};  ///< hash of the current slow weights
-  /// Whether other nodes can open connections to this one: 0 not known (not checked yet, or
-  /// an older node), 1 yes (its addresses were dialed back by peers), 2 no (it is reached
-  /// over the connections it opens; its addresses are empty).
-  std::uint8_t reach = 0;
+  /// Whether other nodes can open connections to this one (unreachable: it is reached over the
+  /// connections it opens; its addresses are relays' or none).
+  transport::Reachability reach = transport::Reachability::unchecked;
   Time expires{0};
   std::uint64_t seq = 0;
   friend bool operator==(const MemberInfo&, const MemberInfo&) = default;

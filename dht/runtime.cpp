@@ -3,6 +3,8 @@
 #include <spdlog/spdlog.h>
 #include <boost/asio/post.hpp>
 
+#include "transport/strand.hpp"
+
 namespace grove::dht {
 
 namespace asio = boost::asio;
@@ -58,6 +60,14 @@ void DhtRuntime::post(std::function<void(DhtNode&, Time)> fn) {
     if (self->stopped_) return;
     fn(*self->node_, wall_now());
     self->pump();
+  });
+}
+
+void DhtRuntime::post_wait(const std::function<void(DhtNode&, Time)>& fn) {
+  transport::run_on(host_->executor(), [&] {
+    if (stopped_) return;
+    fn(*node_, wall_now());
+    pump();
   });
 }
 

@@ -44,6 +44,8 @@ class DhtRuntime : public std::enable_shared_from_this<DhtRuntime> {
 
   /// Runs fn(node, now) on the strand, then sends whatever it queued.
   void post(std::function<void(DhtNode&, Time)> fn);
+  /// post(), and waits until fn has run (rethrows what it threw); never from the strand.
+  void post_wait(const std::function<void(DhtNode&, Time)>& fn);
   void bootstrap(std::vector<std::string> peers, std::function<void(std::size_t)> done = {});
   void add_contact(std::string address);
   void get(const Key& key, DhtNode::GetCallback done, GetOptions opts = {});

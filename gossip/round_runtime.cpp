@@ -58,22 +58,13 @@ std::shared_ptr<RoundRuntime> RoundRuntime::create(
   auto rt = std::shared_ptr<RoundRuntime>(
       new RoundRuntime(std::move(host), dht, std::move(gossip), members, std::move(on_report)));
   // The engine is built on the strand: it registers a membership watch and uses the DHT node.
-  std::promise<void> built;
-  auto fut = built.get_future();
-  dht->post([rt, run_id = std::move(run_id), addresses = std::move(addresses),
-             opts = std::move(opts), server = std::move(server),
-             &built](dht::DhtNode& node, dht::Time) mutable {
-    try {
-      rt->engine_ =
-          std::make_unique<RoundEngine>(node, *rt->members_, std::move(run_id),
-                                        std::move(addresses), std::move(opts), std::move(server));
-      rt->dht_->add_rider(rt);
-      built.set_value();
-    } catch (...) {
-      built.set_exception(std::current_exception());
-    }
+  // (A configuration error is rethrown here.)
+  dht->post_wait([&](dht::DhtNode& node, dht::Time) {
+    rt->engine_ =
+        std::make_unique<RoundEngine>(node, *rt->members_, std::move(run_id), std::move(addresses),
+                                      std::move(opts), std::move(server));
+    rt->dht_->add_rider(rt);
   });
-  fut.get();  // rethrows a configuration error
   return rt;
 }
 
@@ -116,13 +107,8 @@ void RoundRuntime::with_engine(std::function<void(RoundEngine&)> fn) {
 }
 
 void RoundRuntime::with_engine_wait(const std::function<void(RoundEngine&)>& fn) {
-  std::promise<void> done;
-  auto f = done.get_future();
-  with_engine([&](RoundEngine& e) {
-    fn(e);
-    done.set_value();
-  });
-  f.get();
+  dht_->post_wait(
+      [&](dht::DhtNode&, dht::Time) { timed("a request of the node", [&] { fn(*engine_); }); });
 }
 
 void RoundRuntime::on_timer(dht::Time now) {

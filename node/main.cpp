@@ -9,7 +9,6 @@
 #include <boost/asio/io_context.hpp>
 #include <filesystem>
 #include <fstream>
-#include <future>
 #include <thread>
 
 #include "node/cli.hpp"
@@ -19,6 +18,7 @@
 #include "transport/error.hpp"
 #include "transport/host.hpp"
 #include "transport/identity.hpp"
+#include "transport/strand.hpp"
 
 #ifndef GROVE_VERSION
 #define GROVE_VERSION "0.1.0"
@@ -58,14 +58,14 @@ int run_client(const node::CliOptions& o) {
     body = node::to_string(o.request_mode);
     if (o.from_round) body += " " + std::to_string(*o.from_round);
   }
-  std::promise<transport::Result<transport::Payload>> p;
-  auto fut = p.get_future();
+  transport::Rendezvous<transport::Result<transport::Payload>> answer;
   host->request(
       transport::PeerRef::at(target), method,
       transport::Bytes::copy_of({reinterpret_cast<const std::uint8_t*>(body.data()), body.size()}),
-      transport::Duration(15000),
-      [&p](transport::Result<transport::Payload> r) { p.set_value(std::move(r)); });
-  auto res = fut.get();
+      transport::Duration(15000), answer.callback());
+  // (The request's own deadline answers within 15 s.)
+  auto res = answer.wait_for(std::chrono::seconds(20))
+                 .value_or(transport::make_error_code(transport::errc::timed_out));
   int rc = 0;
   if (!res) {
     std::fprintf(stderr, "grove-node: %s did not answer: %s\n", target.c_str(),

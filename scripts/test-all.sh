@@ -5,11 +5,15 @@
 #   (a) scripts/install-deps.sh                     (apt is skipped when everything is installed)
 #   (b) build/       RelWithDebInfo: build, ctest
 #   (c) build-asan/  GCC, ASan + UBSan (assertions on): build, ctest (all but labels netns, long)
+#   (t) build-tsan/  GCC, ThreadSanitizer (assertions on): build, ctest of the unit and in-process
+#                    tests (all but labels netns, long, process, trainer: other processes; sim:
+#                    one thread in virtual time; fuzz: decoders over their corpus)
 #   (d) build-fuzz/  clang, libFuzzer (assertions on): each fuzz target for a short slice over a
 #                    fresh copy of its seed corpus (in fuzz-corpus/); any crash fails the script
 #
 # Environment:
 #   GROVE_TEST_QUICK=1       run (a) and (b) only, for local iteration
+#   GROVE_TEST_ONLY=tsan     run (a) and (t) only
 #   GROVE_FUZZ_SECONDS=N     seconds per fuzz target in (d) (default 20; the node's small
 #                            stateless decoders in fuzz_short get a third of it)
 set -euo pipefail
@@ -22,6 +26,7 @@ readonly fuzz_seconds=${GROVE_FUZZ_SECONDS:-20}
 # shorter slice keeps CI under 30 minutes.
 readonly fuzz_short=" run_config checkpoint status trainer "
 readonly quick=${GROVE_TEST_QUICK:-0}
+readonly only=${GROVE_TEST_ONLY:-}
 # Sanitizer and fuzz builds keep assert() (RelWithDebInfo's default flags add -DNDEBUG).
 readonly checked_flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g")
 
@@ -54,6 +59,21 @@ started=$SECONDS
 step "(a) install dependencies"
 bash scripts/install-deps.sh
 
+tsan() {
+  step "(t) build-tsan/: configure and build (ThreadSanitizer)"
+  configure_and_build build-tsan "${checked_flags[@]}" \
+    -DGROVE_TSAN=ON -DGROVE_BUILD_BENCH=OFF -DGROVE_WITH_TORCH=OFF \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1"
+  step "(t) build-tsan/: ctest (unit and in-process tests)"
+  TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+    ctest --test-dir build-tsan --output-on-failure -j "$jobs" -LE "netns|long|process|trainer|sim|fuzz"
+}
+if [[ "$only" == tsan ]]; then
+  tsan
+  step "all done in $((SECONDS - started)) s"
+  exit 0
+fi
+
 step "(b) build/: configure and build (RelWithDebInfo)"
 configure_and_build build -DCMAKE_BUILD_TYPE=RelWithDebInfo
 step "(b) build/: ctest"
@@ -76,6 +96,8 @@ step "(c) build-asan/: ctest (without the tests labelled netns or long: they run
 # long marks a second run of code another process test covers here (TrainerProcess.diloco).
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure -j "$jobs" -LE "netns|long"
+
+tsan
 
 step "(d) build-fuzz/: configure and build (clang, libFuzzer)"
 drop_stale_cache build-fuzz '^CMAKE_CXX_COMPILER:.*clang++'

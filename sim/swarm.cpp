@@ -16,7 +16,6 @@ SwarmOptions fast_options(gossip::OuterMode mode) {
   o.round.match.min_lead = ms(500);
   o.round.match.settle = ms(500);
   o.round.match.read_timeout = ms(4000);
-  o.round.match.patience = ms(6000);
   o.round.mode_poll = ms(1000);
   o.round.exchange.chunk_timeout = ms(3000);
   o.round.allreduce.chunk_timeout = ms(3000);
@@ -28,10 +27,6 @@ SwarmOptions fast_options(gossip::OuterMode mode) {
   return o;
 }
 
-namespace {
-constexpr int kJoinAttempts = 3;  // node/node.cpp: three state syncs before it gives up
-}  // namespace
-
 struct Swarm::Node {
   std::size_t index = 0;
   gossip::NodeId id{};
@@ -39,9 +34,12 @@ struct Swarm::Node {
   std::unique_ptr<dht::Membership> members;
   std::shared_ptr<gossip::StateServer> server;
   std::unique_ptr<gossip::RoundEngine> engine;
-  std::optional<Time> inner_done;
-  std::vector<float> theta;  // overlap: the fast weights trained across rounds
-  bool waiting = false;      // overlap: an inner phase ended while the round was in flight
+  std::unique_ptr<node::Controller> ctl;
+  std::optional<Time> inner_done;  // a phase under way (the controller's `train`) ends then
+  std::vector<float> theta;        // the fast weights
+  std::size_t phases = 0;
+  std::size_t checkpoints = 0;
+  bool left_done = false;  // the member record's removal went out
   Time first_inner{-1};
   Time busy{0};
   std::size_t requests_in = 0;
@@ -50,9 +48,8 @@ struct Swarm::Node {
   bool alive = true;
   std::mt19937_64 rng;  // the inner phases' own randomness
   NetModel::Placement place;
-  bool leaving = false, left = false;  // leave(): asked; the member record says so
-  std::optional<Time> leave_by;        // the grace for the round in flight ends
-  std::optional<Time> wake;            // its entry in wake_
+  bool leaving = false;      // leave() was asked
+  std::optional<Time> wake;  // its entry in wake_
   int join_attempts = 0;
 };
 
@@ -135,19 +132,19 @@ std::size_t Swarm::add(NodeSpec spec) {
   n->engine =
       std::make_unique<gossip::RoundEngine>(dht_.node(i), *n->members, opts_.run_id,
                                             std::vector{dht_.address(i)}, opts_.round, n->server);
+  auto control = opts_.control;
+  control.window = opts_.round.match.window;
+  control.overlap = n->spec.overlap;
+  n->ctl = std::make_unique<node::Controller>(control);
   nodes_.push_back(std::move(n));
   return i;
 }
 
 std::size_t Swarm::bootstrap(NodeSpec spec) {
   const std::size_t i = add(std::move(spec));
-  optim::OuterState s;
-  if (opts_.workload)
-    s.phi = opts_.workload->initial();
-  else
-    s.phi.assign(opts_.params, 0.0f);
-  dht_.call(i, [&](dht::DhtNode&) { nodes_[i]->engine->start(std::move(s), now_); });
+  nodes_[i]->ctl->begin(node::StartKind::bootstrap, false, now_);
   service(i);
+  reschedule(i);
   return i;
 }
 
@@ -156,8 +153,8 @@ std::size_t Swarm::join(std::size_t via, NodeSpec spec) {
   dht_.call(i, [&](dht::DhtNode& d) {
     d.bootstrap({dht_.address(via)}, now_, [this, i](std::size_t) {
       if (!alive(i)) return;
-      ++nodes_[i]->join_attempts;
-      nodes_[i]->engine->join(dht_.now(), opts_.params);
+      nodes_[i]->ctl->begin(node::StartKind::join, true, dht_.now());
+      touched_.insert(i);  // its actions run at the next visit
     });
   });
   service(i);
@@ -182,13 +179,8 @@ void Swarm::leave(std::size_t i) {
   auto& n = *nodes_.at(i);
   if (!n.alive || n.leaving) return;
   n.leaving = true;
-  n.leave_by = now_ + opts_.leave_grace;
   n.inner_done.reset();  // the phase under way is abandoned
-  n.waiting = false;
-  dht_.call(i, [&](dht::DhtNode&) {
-    n.engine->set_patience(Time(0));
-    n.engine->set_group_wait(Time(0));
-  });
+  n.ctl->stop(now_);
   touched_.insert(i);
 }
 
@@ -241,6 +233,18 @@ std::size_t Swarm::rounds(std::size_t i) const {
   return nodes_.at(i)->rounds;
 }
 
+const node::Controller& Swarm::controller(std::size_t i) const {
+  return *nodes_.at(i)->ctl;
+}
+
+std::size_t Swarm::checkpoints(std::size_t i) const {
+  return nodes_.at(i)->checkpoints;
+}
+
+int Swarm::join_attempts(std::size_t i) const {
+  return nodes_.at(i)->join_attempts;
+}
+
 std::size_t Swarm::state_requests(std::size_t i) const {
   return nodes_.at(i)->requests_in;
 }
@@ -257,27 +261,40 @@ void Swarm::end_step(std::size_t i, gossip::RoundEngine::StepJob& job) {
 }
 
 void Swarm::service(std::size_t i) {
+  // Until neither the engine nor the controller has anything more: what one produces (a report,
+  // a submit) may give the other something to do at this same instant.
+  for (bool more = true; more && alive(i);) {
+    more = drain(i);
+    if (alive(i)) more = act(i) || more;
+  }
+}
+
+bool Swarm::drain(std::size_t i) {
   auto& n = *nodes_[i];
-  if (!n.alive) return;
+  bool any = false;
   for (auto& op : n.engine->take_ops()) {
+    any = true;
     auto p = op.make(gossip_.now());
     gossip_.attach(n.id, std::move(p));
-    if (!n.alive) return;
+    if (!n.alive) return true;
   }
   for (auto& job : n.engine->take_step_jobs()) {
+    any = true;
     if (n.spec.step_time > Time(0)) {  // ends after step_time (virtual)
       steps_.push({now_ + n.spec.step_time, seq_++, i, std::move(job)});
       continue;
     }
     end_step(i, job);
-    if (!n.alive) return;
+    if (!n.alive) return true;
   }
   for (auto& job : n.engine->take_snapshot_jobs()) {  // built at once (virtual time)
+    any = true;
     auto snap =
         std::make_shared<gossip::StateSnapshot>(job.run_id, job.round, job.bytes, job.chunk_bytes);
     dht_.call(i, [&](dht::DhtNode&) { n.engine->on_snapshot(job.seq, std::move(snap), now_); });
   }
   for (auto& req : n.engine->take_state_requests()) {
+    any = true;
     Reply r;
     r.to = i;
     r.id = req.id;
@@ -303,40 +320,81 @@ void Swarm::service(std::size_t i) {
     r.seq = seq_++;
     replies_.push(std::move(r));
   }
-  bool rejoin = false;
   for (auto& rep : n.engine->take_reports()) {
+    any = true;
     if (rep.kind == gossip::RoundReport::Kind::round) ++n.rounds;
-    if (rep.kind == gossip::RoundReport::Kind::sync_failed && !n.engine->has_state()) rejoin = true;
-    if (n.spec.overlap) {
-      if (rep.kind == gossip::RoundReport::Kind::round && n.theta.size() == opts_.params)
-        n.engine->mix(n.theta);
-      else {
-        n.theta = n.engine->state().phi;  // joined or caught up: start from the new φ
-        n.waiting = false;                // a phase trained on the old φ is dropped
-      }
-    }
+    n.ctl->on_report(rep, now_);
     n.reports.push_back(rep);
     if (watch_) watch_(i, rep);
-    if (!n.alive) return;
+    if (!n.alive) return true;
   }
-  if (rejoin) {
-    // Like grove-node: a joiner that found no state tries twice more, then gives up and exits.
-    if (n.join_attempts >= kJoinAttempts) return kill(i);
-    ++n.join_attempts;
-    dht_.call(i, [&](dht::DhtNode&) { n.engine->join(now_, opts_.params); });
-    return service(i);
+  return any;
+}
+
+// The controller's actions on this node: the same ones grove-node carries out (node/
+// training_loop.cpp), with θ a vector here and the inner phase a stretch of virtual time.
+bool Swarm::act(std::size_t i) {
+  auto& n = *nodes_[i];
+  auto actions = n.ctl->take_actions();
+  for (const auto& a : actions) {
+    if (!n.alive) return true;
+    using K = node::Action::Kind;
+    switch (a.kind) {
+      case K::start_fresh: {
+        optim::OuterState s;
+        if (opts_.workload)
+          s.phi = opts_.workload->initial();
+        else
+          s.phi.assign(opts_.params, 0.0f);
+        dht_.call(i, [&](dht::DhtNode&) { n.engine->start(std::move(s), now_); });
+        break;
+      }
+      case K::start_checkpoint:
+        throw std::logic_error("Swarm: simulated nodes have no checkpoints to resume from");
+      case K::join:
+        ++n.join_attempts;
+        dht_.call(i, [&](dht::DhtNode&) { n.engine->join(now_, opts_.params); });
+        break;
+      case K::load_phi:
+        n.theta = n.engine->state().phi;
+        break;
+      case K::mix:
+        n.engine->mix(n.theta, a.alpha);
+        break;
+      case K::train:
+        if (n.first_inner < Time(0)) n.first_inner = now_;
+        n.inner_done = now_ + n.spec.inner_time;
+        break;
+      case K::check:
+        n.ctl->on_theta(n.theta, now_);
+        break;
+      case K::submit:
+        dht_.call(i, [&](dht::DhtNode&) { n.engine->submit(n.theta, now_); });
+        break;
+      case K::set_patience:
+        dht_.call(i, [&](dht::DhtNode&) { n.engine->set_patience(a.time); });
+        break;
+      case K::set_group_wait:
+        dht_.call(i, [&](dht::DhtNode&) { n.engine->set_group_wait(a.time); });
+        break;
+      case K::checkpoint:
+        ++n.checkpoints;
+        break;
+      case K::leave:
+        dht_.call(i, [&](dht::DhtNode&) {
+          n.members->leave(now_, [this, i] {
+            if (!alive(i)) return;
+            nodes_[i]->left_done = true;
+            touched_.insert(i);
+          });
+        });
+        break;
+      case K::exit:
+        kill(i);
+        return true;
+    }
   }
-  if (n.waiting && n.engine->idle()) {  // overlap: hand over the phase that waited
-    n.waiting = false;
-    dht_.call(i, [&](dht::DhtNode&) { n.engine->submit(n.theta, now_); });
-    return service(i);
-  }
-  if (!n.inner_done && !n.waiting && !n.leaving && n.engine->has_state() &&
-      (n.engine->idle() || (n.spec.overlap && !n.engine->syncing()))) {
-    if (n.first_inner < Time(0)) n.first_inner = now_;
-    if (n.spec.overlap && n.theta.size() != opts_.params) n.theta = n.engine->state().phi;
-    n.inner_done = now_ + n.spec.inner_time;
-  }
+  return !actions.empty();
 }
 
 std::optional<Time> Swarm::deadline(std::size_t i) const {
@@ -345,7 +403,7 @@ std::optional<Time> Swarm::deadline(std::size_t i) const {
   Time t = n.members->next_deadline();
   if (auto d = n.engine->next_deadline()) t = std::min(t, *d);
   if (n.inner_done) t = std::min(t, *n.inner_done);
-  if (n.leave_by) t = std::min(t, *n.leave_by);
+  if (auto d = n.ctl->next_deadline()) t = std::min(t, *d);
   return t;
 }
 
@@ -359,22 +417,19 @@ void Swarm::reschedule(std::size_t i) {
 void Swarm::visit(std::size_t i) {
   auto& n = *nodes_[i];
   if (!n.alive) return;
-  if (n.inner_done && *n.inner_done <= now_ && (n.spec.overlap || n.engine->idle())) {
+  if (n.inner_done && *n.inner_done <= now_) {
     n.inner_done.reset();
     n.busy += n.spec.inner_time;
-    if (n.spec.overlap) {
-      inner_phase(i, n.theta);
-      if (n.engine->idle())
-        dht_.call(i, [&](dht::DhtNode&) { n.engine->submit(n.theta, now_); });
-      else
-        n.waiting = true;
-    } else {
-      std::vector<float> theta = n.engine->state().phi;
-      inner_phase(i, theta);
-      dht_.call(i, [&](dht::DhtNode&) { n.engine->submit(std::move(theta), now_); });
-    }
+    inner_phase(i, n.theta);
+    if (n.spec.after_inner) n.spec.after_inner(n.phases, n.theta);
+    ++n.phases;
+    n.ctl->on_inner_done(n.spec.inner_time, n.members->live(now_).size(), now_);
   }
-  if (!n.alive) return;
+  if (n.left_done) {
+    n.left_done = false;
+    n.ctl->on_left(now_);
+  }
+  if (auto d = n.ctl->next_deadline(); d && *d <= now_) n.ctl->on_timer(now_);
   if (auto d = deadline(i); d && *d <= now_)
     dht_.call(i, [&](dht::DhtNode&) {
       n.members->on_timer(now_);
@@ -382,21 +437,6 @@ void Swarm::visit(std::size_t i) {
     });
   service(i);
   if (!n.alive) return;
-  if (n.leaving) {
-    // The round in flight ended (or its grace did): say so and go once the record is out.
-    const bool settled = n.engine->idle() || !n.engine->has_state() || now_ >= *n.leave_by;
-    if (settled && !n.left) {
-      n.left = true;
-      n.leave_by = now_ + Time(5'000);  // the record's put gets this long
-      dht_.call(i, [&](dht::DhtNode&) {
-        n.members->leave(now_, [this, i] {
-          if (alive(i)) nodes_[i]->leave_by = now_;  // done: stop at the next visit
-        });
-      });
-    } else if (n.left && now_ >= *n.leave_by) {
-      return kill(i);
-    }
-  }
   reschedule(i);
 }
 

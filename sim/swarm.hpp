@@ -1,5 +1,7 @@
-// A whole swarm in virtual time: every node runs the real DHT node, membership and round engine
-// (gossip/round.hpp) over sim::DhtNetwork, its averaging operations over sim::GossipNetwork, and
+// A whole swarm in virtual time: every node runs the real DHT node, membership, round engine
+// (gossip/round.hpp) and node controller (node/controller.hpp: join attempts, patience, overlap
+// mixing, dropped phases, checkpoint cadence, graceful leave — grove-node's own policy, not a
+// copy of it) over sim::DhtNetwork, its averaging operations over sim::GossipNetwork, and
 // its state sync requests over a modelled request/response channel. The inner phase is modelled:
 // a node "trains" for its inner_time, moving θ from φ towards its own target vector (a quadratic
 // objective per node, so the swarm's optimum is the mean of the targets). One clock drives all
@@ -24,6 +26,7 @@
 
 #include "dht/membership.hpp"
 #include "gossip/round.hpp"
+#include "node/controller.hpp"
 #include "sim/dht_network.hpp"
 #include "sim/gossip_network.hpp"
 #include "sim/net_model.hpp"
@@ -45,9 +48,9 @@ struct SwarmOptions {
   std::shared_ptr<Workload> workload;
   /// Regions and access lines; empty: the single links above.
   std::optional<NetModel> net;
-  /// A leaving node waits this long for its round in flight, then removes its member record and
-  /// goes (like grove-node on SIGTERM).
-  Time leave_grace{30'000};
+  /// The nodes' policy (node::Controller); `window` and `overlap` are set per node from `round`
+  /// and the NodeSpec.
+  node::ControllerOptions control{};
 };
 
 /// Short windows, polls and timeouts (2 s matchmaking windows, 1 s membership polls) for
@@ -65,6 +68,8 @@ struct NodeSpec {
   /// serialisation take seconds, off the DHT's thread). The node's DHT goes on answering
   /// meanwhile; zero runs it at once.
   Time step_time{0};
+  /// Called with θ after each inner phase (its 0-based number): tests make a phase diverge.
+  std::function<void(std::size_t phase, std::span<float> theta)> after_inner{};
 };
 
 class Swarm {
@@ -74,12 +79,12 @@ class Swarm {
 
   /// The first node: creates the run with φ = 0 (round 0).
   std::size_t bootstrap(NodeSpec spec = {});
-  /// A node that joins through `via` (its address in the DHT) and syncs its state; like
-  /// grove-node it tries three times, then gives up (it is then no longer alive).
+  /// A node that joins through `via` (its address in the DHT) and syncs its state; its controller
+  /// decides how often it tries before it gives up (it is then no longer alive).
   std::size_t join(std::size_t via, NodeSpec spec = {});
   void kill(std::size_t i);
-  /// Graceful leave: no new inner phase, the round in flight ends (bounded by leave_grace), the
-  /// member record says "leaving", then the node stops.
+  /// Graceful leave (node::Controller::stop): no new inner phase, the round in flight ends
+  /// (bounded by control.stop_grace), the member record says "leaving", then the node stops.
   void leave(std::size_t i);
   bool leaving(std::size_t i) const;
   bool alive(std::size_t i) const;
@@ -93,6 +98,11 @@ class Swarm {
   gossip::NodeId id(std::size_t i);
   /// Rounds that ended (kind round) on node i.
   std::size_t rounds(std::size_t i) const;
+  /// Node i's controller (its policy state: patience, dropped phases, ...).
+  const node::Controller& controller(std::size_t i) const;
+  /// Checkpoints node i's controller asked for (the simulator writes none), and its join attempts.
+  std::size_t checkpoints(std::size_t i) const;
+  int join_attempts(std::size_t i) const;
   /// State requests (manifest or chunk) that reached node i as a donor.
   std::size_t state_requests(std::size_t i) const;
   /// Time node i spent in inner phases ÷ the time since its first inner phase began.
@@ -140,7 +150,9 @@ class Swarm {
   std::size_t add(NodeSpec spec);
   void step(Time t);
   void visit(std::size_t i);    // inner phase, timers, leave, service; then its next wake-up
-  void service(std::size_t i);  // drains ops and state requests, handles reports
+  void service(std::size_t i);  // drains the engine's queues, runs the controller's actions
+  bool drain(std::size_t i);    // the engine's queues once; true when something came out
+  bool act(std::size_t i);      // the controller's actions; true when there were any
   void end_step(std::size_t i, gossip::RoundEngine::StepJob& job);  // runs it, hands it back
   std::optional<Time> deadline(std::size_t i) const;
   void reschedule(std::size_t i);

@@ -77,13 +77,14 @@ SwarmOptions swarm_options(const Setup& s, OuterMode mode, std::shared_ptr<Workl
   o.round.exchange.chunk_timeout = Time(10'000);
   o.round.allreduce.chunk_timeout = Time(10'000);
   o.round.allreduce.heartbeat = Time(1000);
-  o.leave_grace = Time(30'000);
   return o;
 }
 
 NodeSpec node_spec(const Setup& s, std::uint32_t h, std::mt19937_64& rng) {
   const double f = std::uniform_real_distribution<double>(0.8, 1.2)(rng);
-  return NodeSpec{Time(static_cast<std::int64_t>(s.step_ms * h * f)), {}, false};
+  NodeSpec spec;
+  spec.inner_time = Time(static_cast<std::int64_t>(s.step_ms * h * f));
+  return spec;
 }
 
 struct Snapshot {

@@ -33,6 +33,13 @@ inline constexpr const char* kReachMethod = "reach.check";
 inline constexpr std::size_t kReachMaxAddresses = 4;
 inline constexpr std::size_t kReachMaxAddress = 200;  ///< bytes of one "host:port"
 
+/// What dial-back checks found about a node (the value its member record carries).
+enum class Reachability : std::uint8_t {
+  unchecked = 0,    ///< not checked yet (nobody could check it)
+  reachable = 1,    ///< peers dialed it back at the addresses it advertises
+  unreachable = 2,  ///< they could not: it takes part over the connections it opens (and relays)
+};
+
 enum class ReachCode : std::uint8_t {
   ok = 0,           ///< the node there proved the requester's identity
   unreachable = 1,  ///< refused, no route, or a bad address

@@ -28,7 +28,7 @@ TEST(Membership, RecordRoundTripAndRejection) {
   for (std::size_t n = 0; n < bytes.size(); ++n)
     EXPECT_FALSE(decode_member(std::span(bytes).first(n)));
   // Reachability: 1 and 2 travel; a record of an older node (7 elements) reads as not known.
-  for (std::uint8_t r : {1, 2}) {
+  for (auto r : {transport::Reachability::reachable, transport::Reachability::unreachable}) {
     MemberInfo w = m;
     w.reach = r;
     auto dw = decode_member(encode_member(w));
@@ -41,7 +41,7 @@ TEST(Membership, RecordRoundTripAndRejection) {
   older.pop_back();
   auto d7 = decode_member(older);
   ASSERT_TRUE(d7);
-  EXPECT_EQ(d7->reach, 0);
+  EXPECT_EQ(d7->reach, transport::Reachability::unchecked);
   auto bad = bytes;
   bad.back() = 3;
   EXPECT_FALSE(decode_member(bad));

@@ -597,7 +597,7 @@ void gossip_seeds(const fs::path& dir) {
   member.round = 3;
   member.status = "training";
   member.throughput = 12.5;
-  member.reach = 1;
+  member.reach = grove::transport::Reachability::reachable;
   put_rec("member", grove::dht::encode_member(member));
   auto bad = g::encode_message(h, 10);
   bad.data()[3] = 0xff;

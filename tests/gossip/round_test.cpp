@@ -292,7 +292,7 @@ TEST(RoundEngine, DiLoCoStragglerIsLeftOutAndCatchesUp) {
     EXPECT_GE(s.rounds(i), 15u) << "node " << i;
     for (const auto& r : s.reports(i))
       if (r.kind == RoundReport::Kind::round) {
-        EXPECT_LE(r.sync_time, m.patience + m.window + m.settle + m.read_timeout);
+        EXPECT_LE(r.sync_time, s.controller(i).patience() + m.window + m.settle + m.read_timeout);
       }
   }
   EXPECT_GE(s.engine(slow).syncs(), 3u);  // caught up by state sync instead of stalling
@@ -305,7 +305,7 @@ TEST(RoundEngine, DiLoCoStragglerIsLeftOutAndCatchesUp) {
 TEST(RoundEngine, DiLoCoMembersInDifferentWindowsWaitForEachOther) {
   for (const auto offset : {ms(0), ms(900), ms(1700), ms(2600)}) {
     auto o = fast_options(OuterMode::diloco);
-    o.round.match.patience = ms(0);
+    o.control.patience_cap = ms(0);
     Swarm s(21, o);
     s.bootstrap({ms(3000), {}});
     s.run_for(offset);
@@ -328,7 +328,7 @@ TEST(RoundEngine, DiLoCoMembersInDifferentWindowsWaitForEachOther) {
 // window for the rest.
 TEST(RoundEngine, DiLoCoHalvesOneWindowApartStayOneGroup) {
   auto o = fast_options(OuterMode::diloco);
-  o.round.match.patience = ms(0);
+  o.control.patience_cap = ms(0);
   Swarm s(23, o);
   s.bootstrap({ms(3000), {}});
   s.join(0, {ms(3000), {}});

@@ -27,7 +27,7 @@ SwarmOptions options(OuterMode mode, std::shared_ptr<Workload> w, NetModel net) 
   // World-model links carry a round more slowly than the preset's loopback-like ones.
   o.round.exchange.chunk_timeout = ms(5000);
   o.round.allreduce.chunk_timeout = ms(5000);
-  o.leave_grace = ms(10'000);
+  o.control.stop_grace = ms(10'000);
   return o;
 }
 
@@ -160,6 +160,52 @@ TEST(SwarmSim, NoLoCoSwarmWithChurnStaysHealthy) {
 
 TEST(SwarmSim, DiLoCoSwarmWithChurnStaysHealthy) {
   expect_healthy(OuterMode::diloco, 22);
+}
+
+// The simulated nodes follow grove-node's own policy (node::Controller), not a copy of it:
+// changing the controller's options changes what the simulated nodes do.
+TEST(SwarmSim, NodesFollowTheNodeController) {
+  // Join attempts: a swarm that serves no state to joiners; the joiner tries as often as its
+  // controller says, then gives up (and is gone).
+  for (const int attempts : {1, 3}) {
+    auto o = fast_options(OuterMode::noloco);
+    o.round.serve_state = false;
+    o.round.offers_wait = ms(3000);
+    o.control.join_attempts = attempts;
+    Swarm s(31, o);
+    s.bootstrap({ms(1000), {}});
+    const std::size_t j = s.join(0, {ms(1000), {}});
+    ASSERT_TRUE(s.run_until([&] { return !s.alive(j); }, ms(120'000))) << attempts;
+    EXPECT_EQ(s.join_attempts(j), attempts);
+    EXPECT_TRUE(s.alive(0));
+  }
+  // Checkpoint cadence, patience from the measured inner phase, a diverged phase dropped.
+  for (const std::uint32_t every : {1u, 2u}) {
+    auto o = fast_options(OuterMode::noloco);
+    o.control.checkpoint_every = every;
+    Swarm s(32, o);
+    NodeSpec bad{ms(3000), {}};
+    bad.after_inner = [](std::size_t phase, std::span<float> theta) {
+      if (phase == 2) theta[0] = std::nanf("");
+    };
+    s.bootstrap(bad);
+    s.join(0, {ms(5000), {}});
+    s.run_for(ms(60'000));
+    for (std::size_t i = 0; i < 2; ++i) {
+      ASSERT_TRUE(s.alive(i));
+      EXPECT_GE(s.rounds(i), 5u);
+      const std::size_t states = s.rounds(i) + (i == 1 ? 1 : 0);  // the joiner's sync too
+      EXPECT_NEAR(double(s.checkpoints(i)), double(states) / every, 1.0) << "every " << every;
+      EXPECT_TRUE(optim::all_finite(s.engine(i).state().phi)) << "node " << i;
+    }
+    // About one round: the inner phase and the averaging before it (two 2 s windows at least).
+    EXPECT_GE(s.controller(0).patience(), ms(4000));
+    EXPECT_LE(s.controller(0).patience(), ms(5000 + 4000));  // (it waits for node 1)
+    EXPECT_GE(s.controller(1).patience(), ms(5000));
+    EXPECT_LE(s.controller(1).patience(), ms(5000 + 4000));
+    EXPECT_EQ(s.controller(0).dropped(), 1u);
+    EXPECT_EQ(s.controller(1).dropped(), 0u);
+  }
 }
 
 // More seeds of both scenarios (minutes of run time: not part of CI's test run):

@@ -1,0 +1,127 @@
+#include "node/console.hpp"
+
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "node/status.hpp"
+
+namespace grove::node {
+
+namespace {
+unsigned long long ull(std::uint64_t v) {
+  return static_cast<unsigned long long>(v);
+}
+}  // namespace
+
+Console::Console(bool progress) : progress_(progress), tty_(::isatty(STDOUT_FILENO) != 0) {}
+
+void Console::banner(const std::string& node, const std::string& run, const std::string& workload,
+                     const std::string& outer, const std::string& codec,
+                     const std::string& advertise) {
+  std::printf("grove-node %s\n  run      %s (%s, %s outer, %s on the wire)\n  listening %s\n",
+              node.c_str(), run.c_str(), workload.c_str(), outer.c_str(), codec.c_str(),
+              advertise.c_str());
+  std::fflush(stdout);
+}
+
+void Console::join_command(const std::string& command) {
+  std::printf("  join with: %s\n", command.c_str());
+  std::fflush(stdout);
+}
+
+void Console::synced(std::uint64_t round, double eval, double floor) {
+  std::printf("  synced   round %llu from the swarm: eval loss %s (floor %s)\n", ull(round),
+              json_number(eval).c_str(), json_number(floor).c_str());
+  std::fflush(stdout);
+}
+
+void Console::resumed(std::uint64_t round, std::uint64_t step) {
+  std::printf("  resumed  round %llu, step %llu from the checkpoint\n", ull(round), ull(step));
+  std::fflush(stdout);
+}
+
+void Console::started(double eval, double floor) {
+  std::printf("  start    eval loss %s (floor %s)\n", json_number(eval).c_str(),
+              json_number(floor).c_str());
+  std::fflush(stdout);
+}
+
+void Console::trainer_socket(const std::string& path) {
+  std::printf("  trainer  attach with grove.attach(socket=\"%s\") (waiting for one)\n",
+              path.c_str());
+  std::fflush(stdout);
+}
+
+void Console::live(const Tally& t, double rate, double floor) {
+  if (!progress_ || !tty_) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (now - last_live_ < std::chrono::seconds(1)) return;
+  last_live_ = now;
+  const auto& p = t.progress;
+  std::printf("\r\033[Kstep %llu  loss %.4f  eval %s (floor %s)  %.0f tok/s  %zu members  %s",
+              ull(p.step), p.loss, json_number(p.eval_loss).c_str(), json_number(floor).c_str(),
+              rate, p.members,
+              t.last_sync.empty() ? "no sync yet" : ("last sync " + t.last_sync).c_str());
+  std::fflush(stdout);
+}
+
+void Console::round(const Tally& t, const std::string& mode, double floor) {
+  if (!progress_) return;
+  const auto& p = t.progress;
+  std::printf(
+      "%sstep %6llu  round %4llu  loss %.4f  eval %s (floor %s)  %.0f tok/s  %zu members  %s %s\n",
+      tty_ ? "\r\033[K" : "", ull(p.step), ull(p.round), p.loss, json_number(p.eval_loss).c_str(),
+      json_number(floor).c_str(), t.tokens_per_s, p.members, mode.c_str(), t.last_sync.c_str());
+  std::fflush(stdout);
+}
+
+void Console::summary(const Tally& t, const Outcome& o) {
+  const auto& p = t.progress;
+  const std::uint64_t n_rounds = t.rounds_averaged + t.rounds_local;
+  std::printf(
+      "%sstopped at step %llu, round %llu: eval loss %s (floor %s; %s at the first "
+      "evaluation)\n",
+      progress_ && tty_ ? "\r\033[K" : "", ull(p.step), ull(p.round),
+      json_number(p.eval_loss).c_str(), json_number(o.loss_floor).c_str(),
+      json_number(t.first_eval).c_str());
+  std::printf("  node      %s, run %s, %.2f M tokens trained here\n", p.node.c_str(), o.run.c_str(),
+              static_cast<double>(t.tokens) / 1e6);
+  std::printf("  rounds    %llu here: %llu averaged, %llu local-only; %llu state sync(s)\n",
+              ull(n_rounds), ull(t.rounds_averaged), ull(t.rounds_local), ull(t.syncs));
+  const auto& c = o.checkpoints;
+  std::printf(
+      "  checkpts  %llu written in the background (mean %.2f s each), %llu skipped (a newer "
+      "round came while they waited)\n",
+      ull(c.written), c.written ? c.mean_s : 0.0, ull(c.skipped));
+  std::printf("  traffic   %.1f MB sent, %.1f MB received; mean sync %.0f ms, mean round %.1f s\n",
+              static_cast<double>(p.bytes_sent) / 1e6, static_cast<double>(p.bytes_received) / 1e6,
+              n_rounds ? t.sync_ms_sum / static_cast<double>(n_rounds) : 0.0,
+              t.round_count ? t.round_time_sum / static_cast<double>(t.round_count) : 0.0);
+  std::printf("  compute   %.1f%% of %.0f s in inner steps (%.0f s evaluating)\n",
+              100 * o.utilization, o.wall_s, t.eval_s);
+  std::printf("  memory    peak %.0f MB resident; parameters %.1f MB\n", o.peak_rss_bytes / 1e6,
+              o.param_bytes / 1e6);
+  if (o.handoff) {
+    const auto& h = *o.handoff;
+    const auto per = [](double s, std::uint64_t n) {
+      return n ? 1e3 * s / static_cast<double>(n) : NAN;
+    };
+    std::printf(
+        "  trainer   %.1f MB of parameters; the node took them %llu time(s), %.1f ms each, gave "
+        "them %llu time(s), %.1f ms each; a memcpy of the same bytes: %.1f ms\n",
+        h.bytes / 1e6, ull(h.gets), per(h.get_s, h.gets), ull(h.sets), per(h.set_s, h.sets),
+        1e3 * h.memcpy_s);
+  }
+  using transport::Reachability;
+  std::printf(
+      "  network   %s; %llu connection(s) dialed back at our request; relayed for others: %llu "
+      "circuit(s), %llu dial-back(s) passed on\n",
+      o.reach == Reachability::reachable     ? "reachable"
+      : o.reach == Reachability::unreachable ? "not reachable (through relays)"
+                                             : "reachability unchecked",
+      ull(o.host.dialbacks), ull(o.relay.circuits_total), ull(o.relay.reversals));
+  std::fflush(stdout);
+}
+
+}  // namespace grove::node

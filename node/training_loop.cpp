@@ -1,0 +1,470 @@
+#include "node/training_loop.hpp"
+
+#include <sys/resource.h>
+
+#include <spdlog/spdlog.h>
+
+#include "transport/strand.hpp"
+
+namespace grove::node {
+
+using SteadyClock = std::chrono::steady_clock;
+using Kind = Action::Kind;
+
+// ---- ReportQueue ------------------------------------------------------------------------------
+
+void ReportQueue::push(gossip::RoundReport r) {
+  {
+    std::lock_guard lk(mu_);
+    q_.push_back(std::move(r));
+  }
+  cv_.notify_all();
+}
+
+void ReportQueue::wake() {
+  {
+    std::lock_guard lk(mu_);
+    woken_ = true;
+  }
+  cv_.notify_all();
+}
+
+std::optional<gossip::RoundReport> ReportQueue::wait(
+    std::optional<SteadyClock::time_point> deadline) {
+  std::unique_lock lk(mu_);
+  const auto ready = [&] { return !q_.empty() || woken_; };
+  if (deadline)
+    cv_.wait_until(lk, *deadline, ready);
+  else
+    cv_.wait(lk, ready);
+  woken_ = false;
+  if (q_.empty()) return std::nullopt;
+  auto r = std::move(q_.front());
+  q_.pop_front();
+  return r;
+}
+
+std::optional<gossip::RoundReport> ReportQueue::try_pop() {
+  std::lock_guard lk(mu_);
+  if (q_.empty()) return std::nullopt;
+  auto r = std::move(q_.front());
+  q_.pop_front();
+  return r;
+}
+
+// ---- the loop ---------------------------------------------------------------------------------
+
+namespace {
+
+Time now_ms() {
+  return std::chrono::duration_cast<Time>(SteadyClock::now().time_since_epoch());
+}
+
+ControllerOptions controller_options(const CliOptions& o, const RunConfig& c) {
+  ControllerOptions co;
+  co.overlap = o.overlap;
+  co.window = Time(c.window_ms);
+  return co;
+}
+
+class Loop {
+ public:
+  explicit Loop(TrainingSetup& s)
+      : s_(s), ctl_(controller_options(s.o, s.config)), P_(s.workload.num_params()) {
+    t_.progress.node = transport::to_hex(s.net.host()->id()).substr(0, 16);
+  }
+  int run();
+
+ private:
+  void execute(const Action& a);
+  void begin(Action::Source source);
+  void inner_phase();
+  void on_report(gossip::RoundReport r);
+  void tally(const gossip::RoundReport& r);
+  void evaluate();
+  void publish_status(const char* status);
+  std::size_t live_members();
+  void checkpoint();
+  int finish();
+  template <class F>
+  void with_engine(F fn) {
+    s_.round->with_engine_wait([&](gossip::RoundEngine& e) { fn(e); });
+  }
+
+  TrainingSetup& s_;
+  Controller ctl_;
+  const std::size_t P_;
+  std::vector<float> theta_;
+  Tally t_;
+  bool started_ = false, phase_pending_ = false;
+  std::optional<int> exit_;
+  SteadyClock::time_point training_since_{}, last_round_at_{};
+  std::atomic<bool> left_{false};
+  bool left_seen_ = false;
+};
+
+int Loop::run() {
+  const auto& c = s_.config;
+  s_.console.banner(t_.progress.node, s_.run_name, s_.workload.describe(), to_string(c.outer),
+                    to_string(c.codec), s_.net.advertise());
+  if (!s_.join_command.empty()) s_.console.join_command(s_.join_command);
+  ctl_.begin(s_.start, !s_.o.peers.empty(), now_ms());
+  while (!exit_) {
+    for (auto acts = ctl_.take_actions(); !acts.empty() && !exit_; acts = ctl_.take_actions())
+      for (const auto& a : acts) {
+        execute(a);
+        if (exit_) break;
+      }
+    if (exit_) break;
+    if (s_.stopping && !ctl_.stopping()) {
+      ctl_.stop(now_ms());
+      continue;
+    }
+    if (left_ && !left_seen_) {
+      left_seen_ = true;
+      ctl_.on_left(now_ms());
+      continue;
+    }
+    if (phase_pending_) {
+      phase_pending_ = false;
+      inner_phase();
+      continue;
+    }
+    std::optional<SteadyClock::time_point> deadline;
+    if (auto d = ctl_.next_deadline())
+      deadline = SteadyClock::time_point(std::chrono::duration_cast<SteadyClock::duration>(*d));
+    if (auto r = s_.reports.wait(deadline))
+      on_report(std::move(*r));
+    else
+      ctl_.on_timer(now_ms());
+  }
+  return finish();
+}
+
+void Loop::execute(const Action& a) {
+  switch (a.kind) {
+    case Kind::start_fresh: {
+      theta_.resize(P_);
+      s_.workload.get_params(theta_);
+      optim::OuterState st;
+      st.phi = theta_;
+      st.momentum.assign(P_, 0.0f);
+      s_.round->start(std::move(st));
+      return;
+    }
+    case Kind::start_checkpoint: {
+      auto& r = *s_.resume;
+      if (r.outer.phi.size() != P_) {
+        spdlog::error("checkpoint does not fit this model ({} values, the model has {})",
+                      r.outer.phi.size(), P_);
+        exit_ = 1;
+        return;
+      }
+      std::string why;
+      if (!s_.workload.load(r.workload, &why)) spdlog::warn("checkpoint: {}", why);
+      t_.progress.step = r.step;
+      t_.tokens = r.tokens;
+      s_.round->start(std::move(r.outer));
+      return;
+    }
+    case Kind::join:
+      s_.round->join(P_);
+      return;
+    case Kind::load_phi:
+      with_engine([&](gossip::RoundEngine& e) {
+        theta_ = e.state().phi;  // into the buffer we hold (its pages are mapped)
+        t_.progress.round = e.state().round;
+      });
+      s_.workload.set_params(theta_);
+      if (a.source != Action::Source::none) begin(a.source);
+      return;
+    case Kind::mix:
+      theta_.resize(P_);
+      s_.workload.get_params(theta_);
+      with_engine([&](gossip::RoundEngine& e) {
+        e.mix(theta_, a.alpha);
+        t_.progress.round = e.state().round;
+      });
+      s_.workload.set_params(theta_);
+      return;
+    case Kind::train:
+      if (s_.o.max_steps && t_.progress.step >= *s_.o.max_steps)
+        ctl_.finish(now_ms());
+      else
+        phase_pending_ = true;
+      return;
+    case Kind::check:
+      theta_.resize(P_);
+      s_.workload.get_params(theta_);
+      ctl_.on_theta(theta_, now_ms());
+      return;
+    case Kind::submit:
+      s_.round->submit(std::move(theta_));  // moved: one model-sized buffer less meanwhile
+      theta_.clear();
+      return;
+    case Kind::set_patience:
+      s_.round->with_engine([t = a.time](gossip::RoundEngine& e) { e.set_patience(t); });
+      return;
+    case Kind::set_group_wait:
+      s_.round->with_engine([t = a.time](gossip::RoundEngine& e) { e.set_group_wait(t); });
+      return;
+    case Kind::checkpoint:
+      if (started_) checkpoint();
+      return;
+    case Kind::leave:
+      // Leaving: say so in the member record and remove it while the checkpoint is written.
+      publish_status("leaving");
+      s_.net.stop();
+      s_.net.dht()->post([this, members = s_.members](dht::DhtNode&, dht::Time now) {
+        members->leave(now, [this] {
+          left_ = true;
+          s_.reports.wake();
+        });
+      });
+      return;
+    case Kind::exit:
+      if (a.code != 0) spdlog::error("{}", a.why);
+      exit_ = a.code;
+      return;
+  }
+}
+
+// Training begins: from the swarm's state, our checkpoint, or the run's initial θ (in θ now).
+void Loop::begin(Action::Source source) {
+  started_ = true;
+  if (source == Action::Source::swarm) {
+    if (s_.resume && s_.resume->outer.phi.size() == P_) {
+      std::string why;
+      if (!s_.workload.load(s_.resume->workload, &why)) spdlog::warn("checkpoint: {}", why);
+      t_.progress.step = s_.resume->step;
+      t_.tokens = s_.resume->tokens;
+    }
+    evaluate();  // a joiner starts from the swarm's loss, not a fresh model's
+    s_.console.synced(t_.progress.round, t_.progress.eval_loss, s_.workload.loss_floor());
+  } else if (source == Action::Source::checkpoint) {
+    s_.console.resumed(t_.progress.round, t_.progress.step);
+  }
+  s_.resume.reset();  // (a model-sized state: the engine has its own)
+  if (std::isnan(t_.progress.eval_loss)) {
+    evaluate();
+    s_.console.started(t_.progress.eval_loss, s_.workload.loss_floor());
+  }
+  s_.metrics.write(t_.progress, event::Start{s_.run_name, P_, s_.workload.loss_floor()});
+  t_.progress.param_hash = transport::to_hex(gossip::weights_hash(theta_)).substr(0, 16);  // θ = φ
+  t_.eval_s = 0;  // utilization counts the training time only
+  training_since_ = SteadyClock::now();
+  publish_status("training");
+}
+
+void Loop::inner_phase() {
+  const auto t0 = SteadyClock::now();
+  std::uint64_t phase_tokens = 0;
+  const auto& o = s_.o;
+  for (std::uint32_t h = 0; h < s_.config.inner_steps; ++h) {
+    if (s_.stopping || (o.max_steps && t_.progress.step >= *o.max_steps)) break;
+    const auto s0 = SteadyClock::now();
+    const auto r = s_.workload.train_step(t_.progress.step);
+    t_.compute_s += std::chrono::duration<double>(SteadyClock::now() - s0).count();
+    ++t_.progress.step;
+    t_.tokens += r.tokens;
+    phase_tokens += r.tokens;
+    auto& loss = t_.progress.loss;
+    loss = std::isfinite(loss) ? 0.9 * loss + 0.1 * r.loss : r.loss;
+    if (t_.progress.step % s_.config.eval_every == 0) {
+      evaluate();
+      s_.metrics.write(t_.progress, event::Eval{s_.workload.loss_floor()});
+    }
+    // Overlap: a round's result that arrived during the phase is applied at once.
+    if (ctl_.in_round())
+      if (auto rep = s_.reports.try_pop()) {
+        on_report(std::move(*rep));
+        for (auto acts = ctl_.take_actions(); !acts.empty(); acts = ctl_.take_actions())
+          for (const auto& a : acts) execute(a);
+      }
+    const double secs = std::chrono::duration<double>(SteadyClock::now() - t0).count();
+    s_.console.live(t_, secs > 0 ? static_cast<double>(phase_tokens) / secs : 0,
+                    s_.workload.loss_floor());
+  }
+  if (s_.stopping) return;  // abandoned: the loop tells the controller
+  const auto phase = SteadyClock::now() - t0;
+  const double secs = std::chrono::duration<double>(phase).count();
+  t_.tokens_per_s = secs > 0 ? static_cast<double>(phase_tokens) / secs : 0;
+  ctl_.on_inner_done(std::chrono::duration_cast<Time>(phase), live_members(), now_ms());
+}
+
+void Loop::on_report(gossip::RoundReport r) {
+  const bool counted = started_ && r.kind != gossip::RoundReport::Kind::sync_failed;
+  // θ went to the round engine with the last submit; its buffer (pages mapped) comes back.
+  if (r.spare.size() == P_) theta_ = std::move(r.spare);
+  ctl_.on_report(r, now_ms());
+  if (!counted) return;
+  // The controller's actions (θ from the new φ, the checkpoint) run before the lines that tell
+  // of the round.
+  for (auto acts = ctl_.take_actions(); !acts.empty() && !exit_; acts = ctl_.take_actions())
+    for (const auto& a : acts) {
+      execute(a);
+      if (exit_) break;
+    }
+  tally(r);
+}
+
+// A round's (or a catch-up's) figures: status, metrics, the round line.
+void Loop::tally(const gossip::RoundReport& r) {
+  const bool is_round = r.kind == gossip::RoundReport::Kind::round;
+  auto& p = t_.progress;
+  p.bytes_sent += r.bytes_sent;
+  p.bytes_received += r.bytes_received;
+  const auto now = SteadyClock::now();
+  if (is_round && last_round_at_ != SteadyClock::time_point{}) {
+    t_.round_time_sum += std::chrono::duration<double>(now - last_round_at_).count();
+    ++t_.round_count;
+  }
+  last_round_at_ = now;
+  // The first partner's short id ("" when nobody), for the status, the live and round lines.
+  const std::string partner =
+      r.averaged_with.empty() ? "" : transport::to_hex(r.averaged_with.front()).substr(0, 8);
+  s_.board.update([&](MemberStatus& me) {
+    me.tokens_per_s = t_.tokens_per_s;
+    me.last_sync_ms = static_cast<double>(r.sync_time.count());
+    me.last_partner = partner;
+  });
+  publish_status("training");
+  p.partners.clear();
+  for (const auto& id : r.averaged_with) p.partners.push_back(transport::to_hex(id).substr(0, 16));
+  p.sync_ms = static_cast<long long>(r.sync_time.count());
+  p.param_hash = transport::to_hex(r.weights_hash).substr(0, 16);
+  p.members = live_members();
+  if (is_round) {
+    ++(r.local_only ? t_.rounds_local : t_.rounds_averaged);
+    t_.sync_ms_sum += static_cast<double>(r.sync_time.count());
+  } else {
+    ++t_.syncs;
+  }
+  std::string with = is_round ? "local-only" : "state sync";
+  if (!partner.empty()) {
+    with = "with " + partner;
+    if (r.averaged_with.size() > 1) with += " +" + std::to_string(r.averaged_with.size() - 1);
+  }
+  char b[64];
+  std::snprintf(b, sizeof b, ", %lld ms, %.2f/%.2f MB", static_cast<long long>(r.sync_time.count()),
+                static_cast<double>(r.bytes_sent) / 1e6,
+                static_cast<double>(r.bytes_received) / 1e6);
+  t_.last_sync = with + b;
+  event::Round e;
+  e.synced = !is_round;
+  e.mode = gossip::to_string(r.mode);
+  e.tokens_per_s = t_.tokens_per_s;
+  e.bytes_sent = r.bytes_sent;
+  e.bytes_received = r.bytes_received;
+  e.local_only = r.local_only;
+  e.note = r.note;
+  e.compute_s = t_.compute_s;
+  e.eval_s = t_.eval_s;
+  e.wall_s = std::chrono::duration<double>(now - training_since_).count();
+  s_.metrics.write(p, e);
+  s_.console.round(t_, e.mode, s_.workload.loss_floor());
+}
+
+void Loop::evaluate() {
+  const auto t0 = SteadyClock::now();
+  t_.progress.eval_loss = s_.workload.evaluate();
+  t_.eval_s += std::chrono::duration<double>(SteadyClock::now() - t0).count();
+  if (std::isnan(t_.first_eval)) t_.first_eval = t_.progress.eval_loss;
+}
+
+void Loop::publish_status(const char* status) {
+  const auto& p = t_.progress;
+  s_.board.update([&](MemberStatus& me) {
+    me.status = status;
+    me.run = s_.run_name;
+    me.step = p.step;
+    me.round = p.round;
+    me.loss = p.loss;
+    me.eval_loss = p.eval_loss;
+    me.loss_floor = s_.workload.loss_floor();
+    me.bytes_sent = p.bytes_sent;
+    me.bytes_received = p.bytes_received;
+    me.round_s = t_.round_count ? t_.round_time_sum / static_cast<double>(t_.round_count) : NAN;
+  });
+}
+
+std::size_t Loop::live_members() {
+  return transport::run_on(s_.net.dht()->executor(), [m = s_.members] {
+    return m->live(dht::DhtRuntime::wall_now()).size();
+  });
+}
+
+// A checkpoint of the engine's state as the snapshot it serves to joiners (shared bytes:
+// nothing model-sized is copied; while a step runs these are still the state of its round).
+void Loop::checkpoint() {
+  Checkpoint c;
+  with_engine([&](gossip::RoundEngine& e) {
+    c.round = e.state().round;
+    c.outer_bytes = e.state_bytes();
+  });
+  if (!c.outer_bytes) return;
+  c.config_text = s_.config.to_text();
+  c.step = t_.progress.step;
+  c.tokens = t_.tokens;
+  c.workload = s_.workload.save();
+  s_.checkpoints.add(std::move(c));
+}
+
+// The run's outcome for this node: the trainer told, the last evaluation, stdout and the "stop"
+// metrics event.
+int Loop::finish() {
+  if (*exit_ != 0 && !started_) return *exit_;
+  s_.checkpoints.stop();
+  if (s_.external)
+    s_.external->say_goodbye(s_.stopping ? "the node was stopped (signal)"
+                                         : "the node ended its run");
+  evaluate();
+  Outcome o;
+  o.run = s_.run_name;
+  o.wall_s = std::chrono::duration<double>(SteadyClock::now() - training_since_).count();
+  o.utilization = o.wall_s - t_.eval_s > 0 ? t_.compute_s / (o.wall_s - t_.eval_s) : NAN;
+  rusage ru{};
+  ::getrusage(RUSAGE_SELF, &ru);
+  o.peak_rss_bytes = static_cast<double>(ru.ru_maxrss) * 1024.0;
+  o.param_bytes = 4.0 * static_cast<double>(P_);
+  o.loss_floor = s_.workload.loss_floor();
+  o.checkpoints = s_.checkpoints.stats();
+  const auto net = s_.net.stats();
+  o.host = net.host;
+  o.relay = net.relay;
+  o.reach = net.reach;
+  if (s_.external) o.handoff = s_.external->handoff(true);
+  event::Stop e;
+  e.first_eval_loss = t_.first_eval;
+  e.loss_floor = o.loss_floor;
+  e.rounds_averaged = t_.rounds_averaged;
+  e.rounds_local = t_.rounds_local;
+  e.syncs = t_.syncs;
+  e.compute_s = t_.compute_s;
+  e.eval_s = t_.eval_s;
+  e.wall_s = o.wall_s;
+  e.utilization = o.utilization;
+  e.peak_rss_bytes = o.peak_rss_bytes;
+  e.param_bytes = o.param_bytes;
+  e.checkpoints = o.checkpoints.written;
+  e.checkpoint_s = o.checkpoints.mean_s;
+  s_.metrics.write(t_.progress, e);
+  s_.console.summary(t_, o);
+  if (o.handoff) {
+    const auto& h = *o.handoff;
+    const auto per = [](double s, std::uint64_t n) {
+      return n ? 1e3 * s / static_cast<double>(n) : NAN;
+    };
+    s_.metrics.write(t_.progress, event::Handoff{h.bytes, per(h.get_s, h.gets),
+                                                 per(h.set_s, h.sets), 1e3 * h.memcpy_s});
+  }
+  return *exit_;
+}
+
+}  // namespace
+
+int run_training(TrainingSetup& s) {
+  return Loop(s).run();
+}
+
+}  // namespace grove::node

@@ -1,0 +1,309 @@
+// The node's policy (node/controller.hpp) on its own: events and times in, actions out.
+#include "node/controller.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+namespace grove::node {
+namespace {
+
+using K = Action::Kind;
+using ms = std::chrono::milliseconds;
+using Report = gossip::RoundReport;
+
+std::vector<K> kinds(Controller& c) {
+  std::vector<K> out;
+  for (const auto& a : c.take_actions()) out.push_back(a.kind);
+  return out;
+}
+
+Report report(Report::Kind k) {
+  Report r;
+  r.kind = k;
+  return r;
+}
+
+const std::vector<float> kFinite(8, 1.0f);
+
+TEST(Controller, BootstrapTrainsSubmitsAndRestartsFromPhi) {
+  Controller c({});
+  c.begin(StartKind::bootstrap, false, ms(0));
+  const auto first = c.take_actions();
+  ASSERT_EQ(first.size(), 3u);
+  EXPECT_EQ(first[0].kind, K::start_fresh);
+  EXPECT_EQ(first[1].kind, K::load_phi);
+  EXPECT_EQ(first[1].source, Action::Source::fresh);
+  EXPECT_EQ(first[2].kind, K::train);
+  EXPECT_TRUE(c.training());
+  c.on_inner_done(ms(5000), 3, ms(5000));
+  EXPECT_EQ(kinds(c), (std::vector{K::set_patience, K::check}));
+  c.on_theta(kFinite, ms(5000));
+  EXPECT_EQ(kinds(c), (std::vector{K::submit}));  // no overlap: no phase while the round runs
+  EXPECT_TRUE(c.in_round());
+  c.on_report(report(Report::Kind::round), ms(6000));
+  EXPECT_EQ(kinds(c), (std::vector{K::load_phi, K::checkpoint, K::train}));
+  EXPECT_FALSE(c.in_round());
+}
+
+TEST(Controller, PatienceFollowsTheLastRoundWithinBounds) {
+  ControllerOptions o;
+  o.window = ms(2000);
+  o.patience_cap = ms(60'000);
+  o.settle = ms(15'000);
+  Controller c(o);
+  c.begin(StartKind::bootstrap, false, ms(0));
+  c.take_actions();
+  c.on_inner_done(ms(1000), 2, ms(1000));  // short phase: two windows at least
+  EXPECT_EQ(c.patience(), ms(4000));
+  c.on_theta(kFinite, ms(1000));
+  c.on_report(report(Report::Kind::round), ms(2000));
+  c.on_inner_done(ms(90'000), 2, ms(92'000));  // long phase: capped
+  EXPECT_EQ(c.patience(), ms(60'000));
+  c.on_theta(kFinite, ms(92'000));
+  c.on_report(report(Report::Kind::round), ms(93'000));
+  c.on_inner_done(ms(7000), 1, ms(100'000));  // alone, once the view had time to fill
+  EXPECT_EQ(c.patience(), ms(0));
+  c.on_theta(kFinite, ms(100'000));
+  c.on_report(report(Report::Kind::round), ms(104'000));
+  c.on_inner_done(ms(5000), 2, ms(109'000));  // the round: 4 s averaging + the 5 s phase
+  EXPECT_EQ(c.patience(), ms(9000));
+}
+
+TEST(Controller, AloneBeforeTheViewSettledStillWaits) {
+  ControllerOptions o;
+  o.window = ms(2000);
+  Controller c(o);
+  c.begin(StartKind::bootstrap, false, ms(0));
+  c.take_actions();
+  c.on_inner_done(ms(5000), 1, ms(5000));
+  EXPECT_EQ(c.patience(), ms(5000));
+}
+
+TEST(Controller, JoinRetriesThenGivesUp) {
+  ControllerOptions o;
+  o.join_attempts = 3;
+  Controller c(o);
+  c.begin(StartKind::join, true, ms(0));
+  auto a = c.take_actions();
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0].kind, K::join);
+  EXPECT_EQ(a[0].attempt, 1);
+  c.on_report(report(Report::Kind::sync_failed), ms(10));
+  a = c.take_actions();
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0].attempt, 2);
+  // No answer at all within join_wait counts as a failed attempt too.
+  ASSERT_TRUE(c.next_deadline());
+  c.on_timer(*c.next_deadline());
+  a = c.take_actions();
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0].attempt, 3);
+  c.on_report(report(Report::Kind::sync_failed), ms(200'000));
+  a = c.take_actions();
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0].kind, K::exit);
+  EXPECT_EQ(a[0].code, 1);
+  EXPECT_TRUE(c.done());
+}
+
+TEST(Controller, JoinSyncedStartsFromTheSwarm) {
+  Controller c({});
+  c.begin(StartKind::join, true, ms(0));
+  c.take_actions();
+  c.on_report(report(Report::Kind::synced), ms(100));
+  const auto a = c.take_actions();
+  ASSERT_EQ(a.size(), 2u);
+  EXPECT_EQ(a[0].kind, K::load_phi);
+  EXPECT_EQ(a[0].source, Action::Source::swarm);
+  EXPECT_EQ(a[1].kind, K::train);
+}
+
+TEST(Controller, ResumeTriesTheSwarmOnceThenItsCheckpoint) {
+  Controller alone({});
+  alone.begin(StartKind::resume, false, ms(0));
+  EXPECT_EQ(kinds(alone), (std::vector{K::start_checkpoint, K::load_phi, K::train}));
+
+  Controller c({});
+  c.begin(StartKind::resume, true, ms(0));
+  EXPECT_EQ(kinds(c), (std::vector{K::join}));
+  c.on_report(report(Report::Kind::sync_failed), ms(10));
+  EXPECT_EQ(kinds(c), (std::vector{K::start_checkpoint, K::load_phi, K::train}));
+}
+
+TEST(Controller, OverlapMixesAndSubmitsAPhaseThatWaited) {
+  ControllerOptions o;
+  o.overlap = true;
+  o.mix_alpha = 0.25f;
+  Controller c(o);
+  c.begin(StartKind::bootstrap, false, ms(0));
+  c.take_actions();
+  c.on_inner_done(ms(1000), 2, ms(1000));
+  EXPECT_EQ(kinds(c), (std::vector{K::set_patience, K::check}));
+  c.on_theta(kFinite, ms(1000));
+  EXPECT_EQ(kinds(c), (std::vector{K::submit, K::train}));  // the next phase starts at once
+  // The round ends during the phase: θ is mixed, the phase goes on.
+  c.on_report(report(Report::Kind::round), ms(1500));
+  const auto a = c.take_actions();
+  ASSERT_EQ(a.size(), 2u);
+  EXPECT_EQ(a[0].kind, K::mix);
+  EXPECT_FLOAT_EQ(a[0].alpha, 0.25f);
+  EXPECT_EQ(a[1].kind, K::checkpoint);
+  c.on_inner_done(ms(1000), 2, ms(2000));
+  c.take_actions();
+  c.on_theta(kFinite, ms(2000));
+  EXPECT_EQ(kinds(c), (std::vector{K::submit, K::train}));
+  // The phase ends before the round: it waits, then is mixed, checked and submitted.
+  c.on_inner_done(ms(1000), 2, ms(3000));
+  EXPECT_EQ(kinds(c), (std::vector{K::set_patience}));
+  c.on_report(report(Report::Kind::round), ms(3500));
+  EXPECT_EQ(kinds(c), (std::vector{K::mix, K::checkpoint, K::check}));
+  c.on_theta(kFinite, ms(3500));
+  EXPECT_EQ(kinds(c), (std::vector{K::submit, K::train}));
+  // A catch-up replaces the state: the phase that waited is lost, the next starts from φ.
+  c.on_inner_done(ms(1000), 2, ms(4000));
+  c.take_actions();
+  c.on_report(report(Report::Kind::synced), ms(4500));
+  EXPECT_EQ(kinds(c), (std::vector{K::load_phi, K::checkpoint, K::train}));
+}
+
+TEST(Controller, NonFinitePhaseIsDroppedAndTheRoundGoesOnWithPhi) {
+  Controller c({});
+  c.begin(StartKind::bootstrap, false, ms(0));
+  c.take_actions();
+  c.on_inner_done(ms(1000), 2, ms(1000));
+  c.take_actions();
+  std::vector<float> theta(8, 1.0f);
+  theta[3] = std::nanf("");
+  c.on_theta(theta, ms(1000));
+  const auto a = c.take_actions();
+  ASSERT_EQ(a.size(), 2u);
+  EXPECT_EQ(a[0].kind, K::load_phi);
+  EXPECT_EQ(a[1].kind, K::submit);
+  EXPECT_EQ(c.dropped(), 1u);
+  theta[3] = INFINITY;
+  c.on_report(report(Report::Kind::round), ms(2000));
+  c.take_actions();
+  c.on_inner_done(ms(1000), 2, ms(3000));
+  c.take_actions();
+  c.on_theta(theta, ms(3000));
+  EXPECT_EQ(c.dropped(), 2u);
+}
+
+TEST(Controller, CheckpointCadence) {
+  ControllerOptions o;
+  o.checkpoint_every = 3;
+  Controller c(o);
+  c.begin(StartKind::bootstrap, false, ms(0));
+  c.take_actions();
+  int checkpoints = 0;
+  for (int r = 0; r < 9; ++r) {
+    c.on_inner_done(ms(1000), 2, ms(1000 * (r + 1)));
+    c.take_actions();
+    c.on_theta(kFinite, ms(1000 * (r + 1)));
+    c.take_actions();
+    c.on_report(report(Report::Kind::round), ms(1000 * (r + 1) + 500));
+    for (const auto& a : c.take_actions()) checkpoints += a.kind == K::checkpoint;
+  }
+  EXPECT_EQ(checkpoints, 3);
+}
+
+TEST(Controller, StopWaitsForTheRoundThenLeavesAndExits) {
+  ControllerOptions o;
+  o.stop_grace = ms(30'000);
+  o.leave_wait = ms(5000);
+  Controller c(o);
+  c.begin(StartKind::bootstrap, false, ms(0));
+  c.take_actions();
+  c.on_inner_done(ms(1000), 2, ms(1000));
+  c.take_actions();
+  c.on_theta(kFinite, ms(1000));
+  c.take_actions();
+  c.stop(ms(2000));
+  const auto a = c.take_actions();
+  ASSERT_EQ(a.size(), 2u);
+  EXPECT_EQ(a[0].kind, K::set_patience);
+  EXPECT_EQ(a[0].time, ms(0));
+  EXPECT_EQ(a[1].kind, K::set_group_wait);
+  EXPECT_EQ(a[1].time, ms(0));
+  EXPECT_EQ(c.next_deadline(), ms(32'000));  // the grace for the round in flight
+  c.on_report(report(Report::Kind::round), ms(3000));
+  EXPECT_EQ(kinds(c), (std::vector{K::load_phi, K::checkpoint, K::leave, K::checkpoint}));
+  EXPECT_TRUE(c.leaving());
+  EXPECT_EQ(c.next_deadline(), ms(8000));
+  c.on_left(ms(3100));
+  const auto e = c.take_actions();
+  ASSERT_EQ(e.size(), 1u);
+  EXPECT_EQ(e[0].kind, K::exit);
+  EXPECT_EQ(e[0].code, 0);
+}
+
+TEST(Controller, StopAfterTheGraceLeavesWithTheRoundInFlight) {
+  Controller c({});
+  c.begin(StartKind::bootstrap, false, ms(0));
+  c.take_actions();
+  c.on_inner_done(ms(1000), 2, ms(1000));
+  c.take_actions();
+  c.on_theta(kFinite, ms(1000));
+  c.take_actions();
+  c.stop(ms(2000));
+  c.take_actions();
+  c.on_timer(ms(32'000));
+  EXPECT_EQ(kinds(c), (std::vector{K::leave, K::checkpoint}));
+  c.on_timer(ms(37'000));  // the member record's removal never confirmed: go anyway
+  EXPECT_EQ(kinds(c), (std::vector{K::exit}));
+}
+
+TEST(Controller, StopDuringAPhaseAbandonsItAndLeavesAtOnce) {
+  Controller c({});
+  c.begin(StartKind::bootstrap, false, ms(0));
+  c.take_actions();
+  c.stop(ms(500));
+  EXPECT_EQ(kinds(c), (std::vector{K::set_patience, K::set_group_wait, K::leave, K::checkpoint}));
+  c.on_inner_done(ms(1000), 2, ms(1000));  // (a driver reports no abandoned phase; ignored)
+  EXPECT_TRUE(c.take_actions().empty());
+}
+
+TEST(Controller, StopWhileJoiningExitsWithAnError) {
+  Controller c({});
+  c.begin(StartKind::join, true, ms(0));
+  c.take_actions();
+  c.stop(ms(10));
+  const auto a = c.take_actions();
+  ASSERT_FALSE(a.empty());
+  EXPECT_EQ(a.back().kind, K::exit);
+  EXPECT_EQ(a.back().code, 1);
+}
+
+TEST(Controller, FinishSubmitsTheLastPhaseThenLeaves) {
+  for (const bool overlap : {false, true}) {
+    ControllerOptions o;
+    o.overlap = overlap;
+    Controller c(o);
+    c.begin(StartKind::bootstrap, false, ms(0));
+    c.take_actions();
+    c.on_inner_done(ms(1000), 2, ms(1000));
+    c.take_actions();
+    c.on_theta(kFinite, ms(1000));
+    c.take_actions();
+    c.finish(ms(1000));  // the step budget is spent (a `train` found it so)
+    EXPECT_TRUE(c.take_actions().empty()) << overlap;
+    c.on_report(report(Report::Kind::round), ms(2000));
+    auto a = kinds(c);
+    ASSERT_GE(a.size(), 2u);
+    EXPECT_EQ(a[a.size() - 2], K::leave) << overlap;
+    EXPECT_EQ(a.back(), K::checkpoint) << overlap;
+  }
+}
+
+TEST(Controller, RefusesBadOptions) {
+  ControllerOptions o;
+  o.join_attempts = 0;
+  EXPECT_THROW(Controller{o}, transport::ConfigError);
+  o = {};
+  o.mix_alpha = 1.5f;
+  EXPECT_THROW(Controller{o}, transport::ConfigError);
+}
+
+}  // namespace
+}  // namespace grove::node
