@@ -142,8 +142,8 @@ int child(int in_fd, int out_fd, std::size_t rank, const Options& opt) {
     // its time is reported too, as nothing is sent before it ends.
     // The result buffer of the previous rep is reused, as a node reuses it from round to round
     // (Gloo's all-reduce works in place on a tensor that is already mapped, too).
-    auto core = std::make_unique<gossip::RingAllReduce>(
-        op, host.id(), ring, std::move(input), o, gossip::GossipRuntime::now(), std::move(spare));
+    auto core = gossip::RingAllReduce::create(
+        op, host.id(), ring, std::move(input), o, gossip::GossipRuntime::now(), std::move(spare)).value();
     const double built = bench::seconds_between(t0, transport::Clock::now());
     rt->start(std::move(core), addresses,
               [&done](std::unique_ptr<gossip::Protocol> p) { done.set_value(std::move(p)); });

@@ -115,9 +115,9 @@ int main(int argc, char** argv) {
                         std::vector<std::vector<float>>& in,
                         std::promise<std::unique_ptr<gossip::Protocol>>& done) {
         return std::async(std::launch::async, [&] {
-          auto core = std::make_unique<gossip::GroupExchange>(
+          auto core = gossip::GroupExchange::create(
               op, self.id(), std::vector{a.id(), b.id()}, std::move(in), o,
-              gossip::GossipRuntime::now());
+              gossip::GossipRuntime::now()).value();
           const auto built = transport::Clock::now();
           rt.start(std::move(core), addrs,
                    [&](std::unique_ptr<gossip::Protocol> p) { done.set_value(std::move(p)); });

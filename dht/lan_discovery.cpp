@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <mutex>
+#include <set>
 #include <utility>
 
 #include <avahi-client/client.h>
@@ -19,6 +20,9 @@
 #include <avahi-common/thread-watch.h>
 #include <spdlog/spdlog.h>
 #include <boost/asio/post.hpp>
+
+#include "dht/runtime.hpp"
+#include "transport/host.hpp"
 
 namespace grove::dht {
 
@@ -427,6 +431,33 @@ bool LanDiscovery::active() const {
   const bool a = !impl_->failed;
   avahi_threaded_poll_unlock(impl_->poll);
   return a;
+}
+
+std::unique_ptr<LanDiscovery> discover_on_lan(const std::shared_ptr<DhtRuntime>& dht,
+                                              const transport::Host& host,
+                                              const std::string& swarm) {
+  const auto& a = host.address();
+  const auto colon = a.rfind(':');
+  LanDiscoveryOptions o;
+  o.swarm = swarm;
+  o.node_id_hex = transport::to_hex(host.id());
+  o.port =
+      colon == std::string::npos ? 0 : static_cast<std::uint16_t>(std::stoul(a.substr(colon + 1)));
+  // Announcements repeat; a LAN peer is pinged once (then the DHT keeps track of it). The set is
+  // touched on the host strand only.
+  auto seen = std::make_shared<std::set<std::string>>();
+  auto lan = LanDiscovery::start(host.executor(), o,
+                                 [weak = std::weak_ptr<DhtRuntime>(dht), seen](LanPeer p) {
+                                   auto rt = weak.lock();
+                                   if (!rt || seen->size() > 4096 ||
+                                       !seen->insert(p.address).second)
+                                     return;
+                                   spdlog::info("dht: found {} on the LAN at {}",
+                                                p.id_hex.substr(0, 8), p.address);
+                                   rt->add_contact(p.address);
+                                 });
+  if (!lan) return nullptr;
+  return std::move(*lan);
 }
 
 }  // namespace grove::dht

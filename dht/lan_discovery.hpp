@@ -22,6 +22,10 @@
 
 #include "transport/error.hpp"
 
+namespace grove::transport {
+class Host;
+}
+
 namespace grove::dht {
 
 /// DNS-SD service type every grove node publishes and browses.
@@ -85,5 +89,15 @@ class LanDiscovery {
   explicit LanDiscovery(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+class DhtRuntime;
+
+/// Zero-config discovery on the LAN for a node's DHT: announces `host` as `_grove._tcp` with the
+/// swarm name and pings every node of the same swarm that shows up (each address once). Nullptr
+/// (with one log line) when no Avahi daemon is reachable: the node carries on with its --peer
+/// list. The caller keeps it until before the host's io_context stops.
+std::unique_ptr<LanDiscovery> discover_on_lan(const std::shared_ptr<DhtRuntime>& dht,
+                                              const transport::Host& host,
+                                              const std::string& swarm);
 
 }  // namespace grove::dht

@@ -49,7 +49,6 @@ void DhtRuntime::set_address(std::string address) {
 void DhtRuntime::stop() {
   asio::post(host_->executor(), [self = shared_from_this()] {
     self->stopped_ = true;
-    self->lan_.reset();
     self->timer_.cancel();
     self->runs_.clear();
   });
@@ -152,30 +151,6 @@ void DhtRuntime::put_signed(const Key& key, std::string subkey, std::uint64_t se
   post([=, subkey = std::move(subkey), value = std::move(value)](DhtNode& n, Time now) {
     n.put_signed(key, subkey, seq, now + ttl, value, now, done);
   });
-}
-
-bool DhtRuntime::start_lan_discovery(const std::string& swarm) {
-  const auto& a = host_->address();
-  const auto colon = a.rfind(':');
-  LanDiscoveryOptions o;
-  o.swarm = swarm;
-  o.node_id_hex = hex(host_->id());
-  o.port =
-      colon == std::string::npos ? 0 : static_cast<std::uint16_t>(std::stoul(a.substr(colon + 1)));
-  std::weak_ptr<DhtRuntime> weak = shared_from_this();
-  auto lan = LanDiscovery::start(host_->executor(), o, [weak](LanPeer p) {
-    auto self = weak.lock();
-    if (!self || self->stopped_) return;
-    // Announcements repeat; ping a LAN peer once (then the DHT keeps track of it).
-    if (!self->lan_seen_.insert(p.address).second || self->lan_seen_.size() > 4096) return;
-    spdlog::info("dht: found {} on the LAN at {}", p.id_hex.substr(0, 8), p.address);
-    self->add_contact(p.address);
-  });
-  if (!lan) return false;
-  asio::post(host_->executor(),
-             [self = shared_from_this(), l = std::make_shared<std::unique_ptr<LanDiscovery>>(
-                                             std::move(*lan))] { self->lan_ = std::move(*l); });
-  return true;
 }
 
 std::shared_ptr<Membership> DhtRuntime::join(const std::string& run_id, MembershipOptions opts,

@@ -9,7 +9,6 @@
 
 #include <boost/asio/steady_timer.hpp>
 
-#include "dht/lan_discovery.hpp"
 #include "dht/membership.hpp"
 #include "transport/host.hpp"
 
@@ -51,10 +50,6 @@ class DhtRuntime : public std::enable_shared_from_this<DhtRuntime> {
   void get(const Key& key, DhtNode::GetCallback done, GetOptions opts = {});
   void put_signed(const Key& key, std::string subkey, std::uint64_t seq, Time ttl,
                   std::vector<std::uint8_t> value, DhtNode::PutCallback done = {});
-  /// Zero-config discovery on the LAN: announces us as `_grove._tcp` with the swarm name and
-  /// pings every node of the same swarm that shows up. False (with one log line) when no
-  /// Avahi daemon is reachable; the node carries on with its --peer list.
-  bool start_lan_discovery(const std::string& swarm);
   /// Joins a run: our member record is published and refreshed; the view is kept current.
   /// The returned object is used on the strand only (watch() before the first poll is safest
   /// from inside post()).
@@ -85,8 +80,6 @@ class DhtRuntime : public std::enable_shared_from_this<DhtRuntime> {
   std::vector<std::weak_ptr<Rider>> riders_;
   std::string address_;
   bool stopped_ = false;
-  std::unique_ptr<LanDiscovery> lan_;
-  std::set<std::string> lan_seen_;
 };
 
 }  // namespace grove::dht

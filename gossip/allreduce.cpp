@@ -37,6 +37,24 @@ std::uint64_t tag_of(const std::set<NodeId>& suspects) {
 
 }  // namespace
 
+transport::Result<std::unique_ptr<RingAllReduce>> RingAllReduce::create(
+    OpId op, NodeId self, std::vector<NodeId> ring, std::vector<float> input,
+    AllReduceOptions opts, Time now, optim::FloatBuffer out) {
+  using transport::errc;
+  if (std::find(ring.begin(), ring.end(), self) == ring.end())
+    return {errc::rejected, "the all-reduce ring does not contain this node"};
+  auto sorted = ring;
+  std::sort(sorted.begin(), sorted.end());
+  if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end())
+    return {errc::rejected, "the all-reduce ring lists a member twice"};
+  if (opts.chunk_values == 0 || opts.chunk_values % 256 != 0)
+    return {errc::rejected, "all-reduce chunk_values must be a positive multiple of 256"};
+  if (opts.codec == WireCodec::e3m0)
+    return {errc::rejected, "the all-reduce sums partial results: E3M0 cannot carry them"};
+  return std::unique_ptr<RingAllReduce>(new RingAllReduce(
+      op, self, std::move(ring), std::move(input), opts, now, std::move(out)));
+}
+
 RingAllReduce::RingAllReduce(OpId op, NodeId self, std::vector<NodeId> ring,
                              std::vector<float> input, AllReduceOptions opts, Time now,
                              optim::FloatBuffer out)
@@ -48,17 +66,8 @@ RingAllReduce::RingAllReduce(OpId op, NodeId self, std::vector<NodeId> ring,
       n_(input_.size()),
       started_(now),
       result_(std::move(out)) {
-  if (std::find(original_.begin(), original_.end(), self_) == original_.end())
-    throw std::invalid_argument("all-reduce ring does not contain this node");
-  original_sorted_ = original_;
+  original_sorted_ = original_;  // (checked by create())
   std::sort(original_sorted_.begin(), original_sorted_.end());
-  if (std::adjacent_find(original_sorted_.begin(), original_sorted_.end()) !=
-      original_sorted_.end())
-    throw std::invalid_argument("all-reduce ring lists a member twice");
-  if (opts_.chunk_values == 0 || opts_.chunk_values % 256 != 0)
-    throw std::invalid_argument("all-reduce chunk_values must be a positive multiple of 256");
-  if (opts_.codec == WireCodec::e3m0)
-    throw std::invalid_argument("all-reduce sums partial results: E3M0 is not allowed");
   scratch_.resize(opts_.chunk_values);
   // The input is not scanned here: every input value passes through exactly one encode (in this
   // member's own segment, or added to a partial sum), which rejects non-finite values, so a bad

@@ -62,12 +62,13 @@ struct AllReduceStats {
 class RingAllReduce final : public Protocol {
  public:
   /// `ring` lists the members in ring order (every member must use the same order) and contains
-  /// `self`. `input` is this member's tensor (same size everywhere). Throws std::invalid_argument
-  /// for a ring without self, duplicates or bad options (caller bugs, not peer faults).
+  /// `self`. `input` is this member's tensor (same size everywhere). A ring without self, with a
+  /// member twice (a group read from records) or bad options give errc::rejected and the reason.
   /// `out` is where the result is written: pass the buffer of an earlier op (take_result()) to
   /// reuse its memory; its contents are ignored.
-  RingAllReduce(OpId op, NodeId self, std::vector<NodeId> ring, std::vector<float> input,
-                AllReduceOptions opts, Time now, optim::FloatBuffer out = {});
+  static transport::Result<std::unique_ptr<RingAllReduce>> create(
+      OpId op, NodeId self, std::vector<NodeId> ring, std::vector<float> input,
+      AllReduceOptions opts, Time now, optim::FloatBuffer out = {});
 
   const OpId& op() const override { return op_; }
   void on_message(const NodeId& from, const Message& m, Time now) override;
@@ -78,6 +79,12 @@ class RingAllReduce final : public Protocol {
   bool finished() const override { return status_ != OpStatus::running; }
 
   OpStatus status() const { return status_; }
+
+ private:
+  RingAllReduce(OpId op, NodeId self, std::vector<NodeId> ring, std::vector<float> input,
+                AllReduceOptions opts, Time now, optim::FloatBuffer out);
+
+ public:
   /// The mean over members() (valid when done).
   std::span<const float> result() const { return result_; }
   /// Moves the result buffer out (for reading, or for the next op to reuse).

@@ -15,20 +15,29 @@ double norm(const std::vector<float>& v) {
 }
 }  // namespace
 
+transport::Result<std::unique_ptr<GroupExchange>> GroupExchange::create(
+    OpId op, NodeId self, std::vector<NodeId> group, std::vector<std::vector<float>> tensors,
+    ExchangeOptions opts, Time now) {
+  using transport::errc;
+  if (std::find(group.begin(), group.end(), self) == group.end())
+    return {errc::rejected, "the exchange group does not contain this node"};
+  auto sorted = group;
+  std::sort(sorted.begin(), sorted.end());
+  if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end())
+    return {errc::rejected, "the exchange group lists a member twice"};
+  if (opts.chunk_values == 0 || opts.chunk_values % 256 != 0)
+    return {errc::rejected, "exchange chunk_values must be a positive multiple of 256"};
+  if (tensors.empty()) return {errc::rejected, "an exchange needs at least one tensor"};
+  return std::unique_ptr<GroupExchange>(
+      new GroupExchange(op, self, std::move(group), std::move(tensors), opts, now));
+}
+
 GroupExchange::GroupExchange(OpId op, NodeId self, std::vector<NodeId> group,
                              std::vector<std::vector<float>> tensors, ExchangeOptions opts,
                              Time now)
     : op_(op), self_(self), own_(std::move(tensors)), opts_(opts), started_(now) {
-  if (std::find(group.begin(), group.end(), self_) == group.end())
-    throw std::invalid_argument("exchange group does not contain this node");
-  if (opts_.chunk_values == 0 || opts_.chunk_values % 256 != 0)
-    throw std::invalid_argument("exchange chunk_values must be a positive multiple of 256");
-  if (own_.empty()) throw std::invalid_argument("exchange needs at least one tensor");
-  for (const auto& id : group) {
-    if (id == self_) continue;
-    if (!peers_.emplace(id, Incoming{}).second)
-      throw std::invalid_argument("exchange group lists a member twice");
-  }
+  for (const auto& id : group)  // (checked by create())
+    if (id != self_) peers_.emplace(id, Incoming{});
   // One pass per tensor before the first byte goes out: the norm (computed in double, so it is
   // finite exactly when every value is) doubles as the finiteness check.
   for (const auto& t : own_) own_norm_.push_back(norm(t));

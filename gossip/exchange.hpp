@@ -38,9 +38,11 @@ struct ExchangeOptions {
 class GroupExchange final : public Protocol {
  public:
   /// `group` contains `self`; `tensors` are this member's tensors (e.g. θ, or Δ and φ), the
-  /// same count and sizes on every member. Throws std::invalid_argument for caller bugs.
-  GroupExchange(OpId op, NodeId self, std::vector<NodeId> group,
-                std::vector<std::vector<float>> tensors, ExchangeOptions opts, Time now);
+  /// same count and sizes on every member. A group without self, with a member twice, no tensor
+  /// or bad options give errc::rejected and the reason.
+  static transport::Result<std::unique_ptr<GroupExchange>> create(
+      OpId op, NodeId self, std::vector<NodeId> group, std::vector<std::vector<float>> tensors,
+      ExchangeOptions opts, Time now);
 
   const OpId& op() const override { return op_; }
   void on_message(const NodeId& from, const Message& m, Time now) override;
@@ -62,6 +64,8 @@ class GroupExchange final : public Protocol {
   std::uint64_t bytes_received() const { return bytes_received_; }
 
  private:
+  GroupExchange(OpId op, NodeId self, std::vector<NodeId> group,
+                std::vector<std::vector<float>> tensors, ExchangeOptions opts, Time now);
   struct Incoming {
     std::size_t tensor = 0;  // the tensor being received
     std::size_t next = 0;    // its next chunk

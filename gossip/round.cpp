@@ -1,12 +1,13 @@
 #include "gossip/round.hpp"
 
 #include <algorithm>
+#include <cassert>
 #include <cstring>
-#include <stdexcept>
 
 #include <spdlog/spdlog.h>
 
 #include "dht/key.hpp"
+#include "gossip/guarded.hpp"
 #include "transport/crypto.hpp"
 
 namespace grove::gossip {
@@ -25,28 +26,6 @@ const char* to_string(RoundReport::Kind k) {
   return "?";
 }
 
-Digest weights_hash(std::span<const float> phi) {
-  return transport::blake2b_256(
-      {reinterpret_cast<const std::uint8_t*>(phi.data()), phi.size_bytes()});
-}
-
-namespace {
-
-std::string hex8(const Digest& d) {
-  return transport::to_hex(std::span(d).first(4));
-}
-
-// Wraps a callback so that it does nothing once the engine is gone (the DHT and the membership
-// may outlive it and still hold its callbacks).
-template <class F>
-auto guarded(const std::shared_ptr<bool>& alive, F f) {
-  return [w = std::weak_ptr<bool>(alive), f = std::move(f)](auto&&... args) mutable {
-    if (auto a = w.lock(); a && *a) f(std::forward<decltype(args)>(args)...);
-  };
-}
-
-}  // namespace
-
 RoundEngine::RoundEngine(dht::DhtNode& dht, dht::Membership& members, std::string run_id,
                          std::vector<std::string> addresses, RoundOptions opts,
                          std::shared_ptr<StateServer> server)
@@ -55,7 +34,8 @@ RoundEngine::RoundEngine(dht::DhtNode& dht, dht::Membership& members, std::strin
       run_id_(std::move(run_id)),
       addresses_(std::move(addresses)),
       opts_(std::move(opts)),
-      server_(std::move(server)) {
+      server_(std::move(server)),
+      judge_(dht.id(), run_id_) {
   if (!dht::valid_run_id(run_id_)) throw transport::ConfigError("invalid run id: " + run_id_);
   MatchOptions pair = opts_.match, group = opts_.match;
   pair.group_size = 2;
@@ -77,7 +57,7 @@ RoundEngine::RoundEngine(dht::DhtNode& dht, dht::Membership& members, std::strin
       return;
     }
     departed_.erase(m.id);  // back (a restart keeps its identity)
-    check_member(m);
+    judge_.on_member(m);
   }));
 }
 
@@ -105,10 +85,13 @@ void RoundEngine::join(Time now, std::optional<std::size_t> values) {
 // ---- the round ---------------------------------------------------------------------------------
 
 void RoundEngine::submit(std::vector<float> theta, Time now) {
-  if (phase_ != Phase::idle) throw std::logic_error("RoundEngine::submit while not idle");
-  if (theta.size() != state_.phi.size())
-    throw std::invalid_argument("RoundEngine::submit: θ has " + std::to_string(theta.size()) +
-                                " values, φ " + std::to_string(state_.phi.size()));
+  // The driver's contract (its bugs, not peer input): idle, and θ the size of φ.
+  assert(phase_ == Phase::idle && theta.size() == state_.phi.size());
+  if (phase_ != Phase::idle || theta.size() != state_.phi.size()) {
+    spdlog::error("round engine: a θ of {} values submitted while {} (φ has {}): dropped",
+                  theta.size(), phase_ == Phase::idle ? "idle" : "busy", state_.phi.size());
+    return;
+  }
   theta_ = std::move(theta);
   submitted_ = now;
   round_mode_ = mode_of(state_.round);
@@ -116,8 +99,7 @@ void RoundEngine::submit(std::vector<float> theta, Time now) {
   entering_diloco_ = switched && round_mode_ == OuterMode::diloco;
   // NoLoCo's m and DiLoCo's b are different quantities (and signs): restart from zero.
   if (switched) std::fill(state_.momentum.begin(), state_.momentum.end(), 0.0f);
-  if (repair_) {
-    auto rep = std::exchange(repair_, std::nullopt);
+  if (auto rep = judge_.take_repair()) {
     if (round_mode_ == OuterMode::diloco) {
       // This phase was trained from slow weights that are not the group's: drop it and take
       // the group's state (its donors hold the group's φ of that round or later).
@@ -239,8 +221,11 @@ void RoundEngine::on_match(MatchResult m, Time now) {
       tensors->push_back(delta());
       tensors->push_back(state_.phi);
     }
-    start.make = [op, self, group = m.group, tensors, o = opts_.exchange](Time t) {
-      return std::make_unique<GroupExchange>(op, self, group, std::move(*tensors), o, t);
+    start.make = [op, self, group = m.group, tensors,
+                  o = opts_.exchange](Time t) -> std::unique_ptr<Protocol> {
+      auto core = GroupExchange::create(op, self, group, std::move(*tensors), o, t);
+      if (!core) spdlog::warn("the round's exchange was not started: {}", core.text());
+      return core ? std::move(*core) : nullptr;
     };
   } else {
     auto input = std::make_shared<std::vector<float>>();
@@ -256,9 +241,11 @@ void RoundEngine::on_match(MatchResult m, Time now) {
     }
     // The previous all-reduce's result buffer is reused: its pages are already mapped.
     auto out = std::make_shared<optim::FloatBuffer>(std::move(spare_));
-    start.make = [op, self, ring = m.group, input, out, o = opts_.allreduce](Time t) {
-      return std::make_unique<RingAllReduce>(op, self, ring, std::move(*input), o, t,
-                                             std::move(*out));
+    start.make = [op, self, ring = m.group, input, out,
+                  o = opts_.allreduce](Time t) -> std::unique_ptr<Protocol> {
+      auto core = RingAllReduce::create(op, self, ring, std::move(*input), o, t, std::move(*out));
+      if (!core) spdlog::warn("the round's all-reduce was not started: {}", core.text());
+      return core ? std::move(*core) : nullptr;
     };
   }
   op_ = op;
@@ -269,7 +256,7 @@ void RoundEngine::on_match(MatchResult m, Time now) {
 
 // ---- the step ----------------------------------------------------------------------------------
 
-std::shared_ptr<RoundEngine::StepWork> RoundEngine::step_work(StepWork::Kind kind) {
+std::shared_ptr<StepWork> RoundEngine::step_work(StepWork::Kind kind) {
   auto w = std::make_shared<StepWork>();
   w->kind = kind;
   w->mode = round_mode_;
@@ -286,69 +273,9 @@ std::shared_ptr<RoundEngine::StepWork> RoundEngine::step_work(StepWork::Kind kin
   return w;
 }
 
-std::shared_ptr<RoundEngine::StepWork> RoundEngine::local_step(RoundReport& r) {
+std::shared_ptr<StepWork> RoundEngine::local_step(RoundReport& r) {
   r.local_only = true;
   return step_work(StepWork::Kind::local);
-}
-
-void RoundEngine::StepWork::run() {
-  auto& phi = state.phi;
-  auto& m = state.momentum;
-  switch (kind) {
-    case Kind::none:
-      break;
-    case Kind::local:
-      if (mode == OuterMode::noloco && noloco.one_tensor()) {
-        optim::noloco_step_theta(phi, m, theta, noloco, threads);
-      } else {
-        std::vector<float> d(phi.size());
-        optim::pseudo_gradient(phi, theta, d, threads);
-        if (mode == OuterMode::diloco) {
-          optim::diloco_step(phi, m, d, diloco, threads);
-        } else {
-          const auto phi0 = phi;
-          optim::noloco_step(phi, m, d, phi0, noloco, threads);
-        }
-      }
-      break;
-    case Kind::noloco_mean:
-      if (noloco.one_tensor())
-        optim::noloco_step_theta(phi, m, theta, noloco, threads);
-      else
-        optim::noloco_step(phi, m, theta, phi_mean, noloco, threads);
-      break;
-    case Kind::parse: {
-      auto s = optim::deserialize(blob, max_values);
-      blob = {};
-      if (!s) {
-        error = "the downloaded state does not parse";
-        return;
-      }
-      if (want && s->phi.size() != *want) {
-        error = "the downloaded state has " + std::to_string(s->phi.size()) + " values, we need " +
-                std::to_string(*want);
-        return;
-      }
-      if (s->momentum.size() != s->phi.size()) s->momentum.assign(s->phi.size(), 0.0f);
-      state = std::move(*s);
-      break;
-    }
-    case Kind::diloco_ring: {
-      std::span<const float> mean_delta(ring);
-      if (average_phi) {
-        // Members entered from NoLoCo: one φ, one momentum (zero) and one round for the group.
-        const auto n = static_cast<std::ptrdiff_t>(phi.size());
-        std::copy(ring.begin(), ring.begin() + n, phi.begin());
-        std::fill(m.begin(), m.end(), 0.0f);
-        mean_delta = mean_delta.subspan(phi.size());
-      }
-      optim::diloco_step(phi, m, mean_delta, diloco, threads);
-      break;
-    }
-  }
-  phi_mean = {};
-  hash = weights_hash(phi);
-  if (serialise) bytes = std::make_shared<const std::vector<std::uint8_t>>(optim::serialize(state));
 }
 
 void RoundEngine::on_op_finished(std::unique_ptr<Protocol> p, Time now) {
@@ -440,9 +367,8 @@ void RoundEngine::on_step_done(std::uint64_t seq, Time now) {
   r.weights_hash = phi_hash_;
   reports_.push_back(std::move(r));
   if (step_members_.size() > 1) {
-    expect_[state_.round] = Expect{phi_hash_, std::exchange(step_members_, {}), {}};
-    while (expect_.size() > 16) expect_.erase(expect_.begin());
-    for (const auto& m : members_.live(now)) check_member(m);
+    judge_.expect(state_.round, phi_hash_, std::exchange(step_members_, {}));
+    for (const auto& m : members_.live(now)) judge_.on_member(m);
   }
   step_members_.clear();
 }
@@ -503,56 +429,10 @@ void RoundEngine::set_patience(Time t) {
 }
 
 void RoundEngine::mix(std::span<float> theta, float alpha) const {
-  if (theta.size() != state_.phi.size())
-    throw std::invalid_argument("RoundEngine::mix: size mismatch");
+  assert(theta.size() == state_.phi.size());  // the driver's contract
+  if (theta.size() != state_.phi.size()) return;
   for (std::size_t i = 0; i < theta.size(); ++i)
     theta[i] = alpha * theta[i] + (1.0f - alpha) * state_.phi[i];
-}
-
-// ---- consistency -------------------------------------------------------------------------------
-
-void RoundEngine::check_member(const dht::MemberInfo& m) {
-  if (m.id == dht_.id() || m.run_id != run_id_) return;
-  const auto it = expect_.find(m.round);
-  if (it == expect_.end() || !it->second.group.contains(m.id)) return;
-  if (!checked_.insert({m.round, m.id}).second) return;
-  while (checked_.size() > 4096) checked_.erase(checked_.begin());
-  it->second.seen[m.id] = m.weights_hash;
-  if (m.weights_hash != it->second.hash) {
-    ++mismatches_;
-    spdlog::error(
-        "slow weights differ after DiLoCo round {}: member {} published {} but ours are {} "
-        "({} mismatch(es) so far)",
-        m.round - 1, dht::short_hex(m.id), hex8(m.weights_hash), hex8(it->second.hash),
-        mismatches_);
-  }
-  judge(m.round);
-}
-
-// Which φ is the group's after a DiLoCo round: the hash a strict majority of its members
-// published, or, once all of them have, the most common one (ties to the lowest hash, so that
-// every member reaches the same verdict). A member holding another φ re-syncs from the holders.
-void RoundEngine::judge(std::uint64_t round) {
-  const auto it = expect_.find(round);
-  if (it == expect_.end() || repair_) return;
-  const Expect& e = it->second;
-  std::map<Digest, std::size_t> votes{{e.hash, 1}};
-  for (const auto& [id, h] : e.seen) ++votes[h];
-  auto best = votes.begin();
-  for (auto v = votes.begin(); v != votes.end(); ++v)
-    if (v->second > best->second) best = v;  // the map's order breaks ties to the lowest hash
-  const bool majority = 2 * best->second > e.group.size();
-  const bool everyone = e.seen.size() + 1 >= e.group.size();
-  if (best->first == e.hash || !(majority || everyone)) return;
-  Repair r;
-  r.round = round;
-  for (const auto& [id, h] : e.seen)
-    if (h == best->first) r.donors.insert(id);
-  spdlog::error(
-      "our slow weights after DiLoCo round {} ({}) are not the group's ({}, held by {} of {}): "
-      "replacing them by state sync before our next round",
-      round - 1, hex8(e.hash), hex8(best->first), best->second, e.group.size());
-  repair_ = std::move(r);
 }
 
 // ---- mode schedule
@@ -612,91 +492,51 @@ void RoundEngine::request_mode(OuterMode mode, std::optional<std::uint64_t> from
 void RoundEngine::begin_sync(std::uint64_t min_round, bool joining, std::string why, Time now,
                              std::set<NodeId> donors) {
   phase_ = Phase::syncing;
-  sync_donors_ = std::move(donors);
   joining_ = joining;
-  sync_min_round_ = min_round;
   sync_started_ = now;
   sync_why_ = std::move(why);
-  download_.reset();
   op_.reset();
   if (!joining) spdlog::warn("{}; catching up by state sync", sync_why_);
   if (has_state_) publish_self("syncing");
-  const std::uint64_t attempt = ++sync_attempt_;
-  offers_retry_ = Time::max();
-  dht_.get(state_key(run_id_), now, guarded(alive_, [this, attempt](dht::GetResult res) {
-             on_offers(attempt, std::move(res), dht_.now());
-           }));
-}
-
-void RoundEngine::on_offers(std::uint64_t attempt, dht::GetResult res, Time now) {
-  if (attempt != sync_attempt_ || phase_ != Phase::syncing || download_) return;
-  std::vector<std::pair<Digest, StateOffer>> found;
-  for (const auto& rec : res.records) {
-    if (rec.subkey != "state") continue;
-    auto o = decode_offer(rec.value);
-    if (!o || o->run_id != run_id_ || o->round < sync_min_round_) continue;
-    o->donor = rec.owner_id();
-    if (o->donor == dht_.id() || o->address.empty()) continue;
-    if (!sync_donors_.empty() && !sync_donors_.contains(o->donor)) continue;
-    // Joiners spread over the donors of the newest round: order ties by a hash of both ids.
-    transport::Blake2b256 h;
-    h.update(dht_.id());
-    h.update(o->donor);
-    found.emplace_back(h.final(), std::move(*o));
-  }
-  if (found.empty()) {
-    if (now - sync_started_ < opts_.offers_wait) {
-      offers_retry_ = now + std::clamp(opts_.match.window / 4, Time(100), Time(2000));
-      return;
-    }
-    return sync_failed("no state offers for run " + run_id_, now);
-  }
-  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) {
-    return a.second.round != b.second.round ? a.second.round > b.second.round : a.first < b.first;
-  });
-  std::vector<StateOffer> offers;
-  for (auto& [h, o] : found) offers.push_back(std::move(o));
-  // A donor's offer cannot make us allocate more than a state of our size can take (catch-up),
-  // or than the configured bound (join).
-  auto sync = opts_.sync;
-  if (has_state_ || expect_values_) {
-    const std::uint64_t n = has_state_ ? state_.phi.size() : *expect_values_;
-    sync.max_size = std::min<std::uint64_t>(sync.max_size, 3 * 4 * n + 4096);
-  }
-  download_ = std::make_unique<StateDownload>(run_id_, std::move(offers), sync, now);
+  CatchUpOptions o;
+  o.sync = opts_.sync;
+  o.offers_wait = opts_.offers_wait;
+  o.offers_retry = std::clamp(opts_.match.window / 4, Time(100), Time(2000));
+  o.values = has_state_ ? std::optional(state_.phi.size()) : expect_values_;
+  catch_up_.reset();
+  catch_up_ = std::make_unique<CatchUp>(dht_, run_id_, min_round, std::move(donors), o, now);
 }
 
 std::vector<StateDownload::Request> RoundEngine::take_state_requests() {
-  if (!download_) return {};
-  return download_->take_requests();
+  if (!catch_up_) return {};
+  return catch_up_->take_requests();
 }
 
 void RoundEngine::on_state_response(std::uint64_t id, std::span<const std::uint8_t> body,
                                     Time now) {
-  if (phase_ != Phase::syncing || !download_) return;
-  download_->on_response(id, body, now);
+  if (phase_ != Phase::syncing || !catch_up_) return;
+  catch_up_->on_response(id, body, now);
   sync_done(now);
 }
 
 void RoundEngine::on_state_failure(std::uint64_t id, Time now) {
-  if (phase_ != Phase::syncing || !download_) return;
-  download_->on_failure(id, now);
+  if (phase_ != Phase::syncing || !catch_up_) return;
+  catch_up_->on_failure(id, now);
   sync_done(now);
 }
 
 void RoundEngine::sync_done(Time now) {
-  if (!download_ || download_->status() == OpStatus::running) return;
-  if (download_->status() == OpStatus::failed) return sync_failed(download_->failure(), now);
+  if (!catch_up_ || catch_up_->status() == OpStatus::running) return;
+  if (catch_up_->status() == OpStatus::failed) return sync_failed(catch_up_->failure(), now);
   // Parsing, hashing and serialising a large state take seconds: a job for the driver.
   auto w = std::make_shared<StepWork>();
   w->kind = StepWork::Kind::parse;
-  w->blob = download_->take_blob();
+  w->blob = catch_up_->take_blob();
   w->max_values = opts_.max_values;
   w->want = has_state_ ? std::optional(state_.phi.size()) : expect_values_;
   w->serialise = opts_.serve_state && server_;
-  sync_offer_ = download_->offer();
-  download_.reset();
-  offers_retry_ = Time::max();
+  sync_offer_ = catch_up_->offer();
+  catch_up_.reset();
   hand_over(std::move(w));
 }
 
@@ -727,8 +567,7 @@ void RoundEngine::synced(const std::shared_ptr<StepWork>& w, Time now) {
 }
 
 void RoundEngine::sync_failed(std::string why, Time now) {
-  download_.reset();
-  offers_retry_ = Time::max();
+  catch_up_.reset();
   RoundReport r;
   r.round = state_.round;
   r.mode = mode_of(state_.round);
@@ -758,17 +597,9 @@ void RoundEngine::on_timer(Time now) {
   pairs_->on_timer(now);
   groups_->on_timer(now);
   if (!mode_polling_ && now >= next_mode_poll_ && phase_ != Phase::none) poll_modes(now);
-  if (phase_ == Phase::syncing) {
-    if (download_) {
-      download_->on_timer(now);
-      sync_done(now);
-    } else if (now >= offers_retry_) {
-      offers_retry_ = Time::max();
-      const std::uint64_t attempt = ++sync_attempt_;
-      dht_.get(state_key(run_id_), now, guarded(alive_, [this, attempt](dht::GetResult res) {
-                 on_offers(attempt, std::move(res), dht_.now());
-               }));
-    }
+  if (phase_ == Phase::syncing && catch_up_) {
+    catch_up_->on_timer(now);
+    sync_done(now);
   }
 }
 
@@ -780,10 +611,7 @@ std::optional<Time> RoundEngine::next_deadline() const {
   take(pairs_->next_deadline());
   take(groups_->next_deadline());
   if (!mode_polling_ && phase_ != Phase::none) take(next_mode_poll_);
-  if (phase_ == Phase::syncing) {
-    if (download_) take(download_->next_deadline());
-    if (offers_retry_ != Time::max()) take(offers_retry_);
-  }
+  if (phase_ == Phase::syncing && catch_up_) take(catch_up_->next_deadline());
   return t;
 }
 

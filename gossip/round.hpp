@@ -40,10 +40,13 @@
 
 #include "dht/membership.hpp"
 #include "gossip/allreduce.hpp"
+#include "gossip/catch_up.hpp"
+#include "gossip/consistency.hpp"
 #include "gossip/exchange.hpp"
 #include "gossip/matchmaking.hpp"
 #include "gossip/mode.hpp"
 #include "gossip/state_sync.hpp"
+#include "gossip/step_work.hpp"
 #include "optim/outer.hpp"
 
 namespace grove::gossip {
@@ -96,9 +99,6 @@ struct RoundReport {
 };
 const char* to_string(RoundReport::Kind k);
 
-/// BLAKE2b-256 of the values' bytes.
-Digest weights_hash(std::span<const float> phi);
-
 class RoundEngine {
  public:
   /// An operation for the driver to run; make(now) builds it with the driver's clock.
@@ -139,7 +139,8 @@ class RoundEngine {
     return phase_ == Phase::syncing ||
            (phase_ == Phase::stepping && step_ && step_->kind == StepWork::Kind::parse);
   }
-  /// θ after the inner steps (φ's size). Only when idle() (std::logic_error otherwise).
+  /// θ after the inner steps (φ's size). Only when idle() (the driver's contract: dropped with an
+  /// error line otherwise).
   void submit(std::vector<float> theta, Time now);
 
   /// The slow weights, momentum and round (the next inner phase starts from state().phi); not
@@ -206,7 +207,7 @@ class RoundEngine {
 
   std::vector<RoundReport> take_reports() { return std::exchange(reports_, {}); }
   /// DiLoCo group members whose published hash for a round differed from ours.
-  std::uint64_t mismatches() const { return mismatches_; }
+  std::uint64_t mismatches() const { return judge_.mismatches(); }
   /// Times our slow weights were found to be the odd ones out and replaced from the group's.
   std::uint64_t repairs() const { return repairs_; }
   std::uint64_t syncs() const { return syncs_; }
@@ -214,44 +215,6 @@ class RoundEngine {
 
  private:
   enum class Phase { none, idle, matching, running, stepping, syncing };
-  /// A round's outer step, what it takes and what it makes (run() touches nothing else).
-  struct StepWork {
-    enum class Kind {
-      none,         ///< φ stays (the inner phase was lost)
-      local,        ///< no partner: θ against φ alone
-      noloco_mean,  ///< NoLoCo with the exchange's mean: of θ (β = γ), or of Δ and of φ
-      diloco_ring,  ///< DiLoCo with the all-reduce's mean Δ (or mean φ ‖ mean Δ)
-      parse,        ///< a downloaded state: `blob` parsed into `state` (no step)
-    } kind = Kind::none;
-    optim::OuterState state;  ///< in: φ, momentum, the round after the step; out: the new state
-    OuterMode mode = OuterMode::noloco;
-    std::vector<float> theta;     ///< local: θ; noloco_mean: the mean of θ, or of Δ (β ≠ γ)
-    std::vector<float> phi_mean;  ///< noloco_mean with β ≠ γ: the mean of φ
-    optim::FloatBuffer ring;      ///< diloco_ring: the result, kept for the next all-reduce
-    bool average_phi = false;     ///< diloco_ring: the result is mean φ ‖ mean Δ
-    optim::NoLoCoConfig noloco;
-    optim::DiLoCoConfig diloco;
-    unsigned threads = 0;
-    optim::ByteBuffer blob;           ///< parse: the verified download
-    std::size_t max_values = 0;       ///< parse: optim::deserialize's bound
-    std::optional<std::size_t> want;  ///< parse: φ's size when known
-    std::string error;                ///< parse: why the state was refused (out)
-    bool serialise = false;           ///< make `bytes` (the engine serves snapshots)
-    Digest hash{};                    ///< out: of the new φ
-    std::shared_ptr<const std::vector<std::uint8_t>> bytes;  ///< out: optim::serialize(state)
-    void run();
-  };
-  struct Expect {
-    Digest hash{};
-    std::set<NodeId> group;         ///< ourselves included
-    std::map<NodeId, Digest> seen;  ///< hashes the others published for the round
-  };
-  /// Our slow weights were found to differ from the group's: re-sync from these members.
-  struct Repair {
-    std::uint64_t round = 0;  ///< the round (after the step) where they differed
-    std::set<NodeId> donors;  ///< members holding the group's hash
-  };
-
   void on_match(MatchResult m, Time now);
   /// Declares us ready for our round in the next window (a new round, or waiting for the group).
   void declare_ready(Time now);
@@ -280,15 +243,12 @@ class RoundEngine {
   /// Downloads a state of at least `min_round`; from `donors` only when given.
   void begin_sync(std::uint64_t min_round, bool joining, std::string why, Time now,
                   std::set<NodeId> donors = {});
-  void on_offers(std::uint64_t attempt, dht::GetResult res, Time now);
+  /// The catch-up ended (or not yet): the downloaded state goes to the driver to be parsed.
   void sync_done(Time now);
   /// The downloaded state was parsed (w->error says why not).
   void synced(const std::shared_ptr<StepWork>& w, Time now);
-  void sync_failed(std::string why, Time now);  // by value: `why` may live in download_
+  void sync_failed(std::string why, Time now);  // by value: `why` may live in catch_up_
   void poll_modes(Time now);
-  void check_member(const dht::MemberInfo& m);
-  /// Decides, from the hashes seen so far for `round`, whether ours is the group's.
-  void judge(std::uint64_t round);
   std::vector<float> delta() const;
   optim::FloatBuffer spare_;  // the last all-reduce's result buffer, for the next one
 
@@ -330,22 +290,19 @@ class RoundEngine {
   bool mode_polling_ = false;
 
   // state sync (join / catch-up)
-  std::unique_ptr<StateDownload> download_;
+  std::unique_ptr<CatchUp> catch_up_;
   bool joining_ = false;
   std::optional<std::size_t> expect_values_;
-  std::uint64_t sync_min_round_ = 0, sync_attempt_ = 0;
-  Time sync_started_{0}, offers_retry_{Time::max()};
+  Time sync_started_{0};
   std::string sync_why_;
-  StateOffer sync_offer_;         // of the state being parsed
-  std::set<NodeId> sync_donors_;  // empty: any donor
+  StateOffer sync_offer_;  // of the state being parsed
   std::uint64_t offer_seq_ = 0;
 
-  // consistency
-  std::map<std::uint64_t, Expect> expect_;  // round after the step → our hash and group
-  std::set<std::pair<std::uint64_t, NodeId>> checked_;
+  // consistency: our φ against the group's after DiLoCo rounds (a repair re-syncs at the next
+  // DiLoCo submit)
+  ConsistencyJudge judge_;
   std::set<NodeId> departed_;  // members seen leaving or expiring: their ready records are ignored
-  std::optional<Repair> repair_;  // our φ is not the group's: the next DiLoCo submit re-syncs
-  std::uint64_t mismatches_ = 0, syncs_ = 0, repairs_ = 0;
+  std::uint64_t syncs_ = 0, repairs_ = 0;
   bool synced_into_round_ = false;  // we joined by a state sync and have ended no round since
 };
 

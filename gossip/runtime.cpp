@@ -108,12 +108,7 @@ void GossipRuntime::start(std::unique_ptr<Protocol> p, std::map<NodeId, std::str
 void GossipRuntime::start(Make make, std::map<NodeId, std::string> addresses, Done done) {
   asio::post(strand_, [self = shared_from_this(), make = std::move(make),
                        addresses = std::move(addresses), done = std::move(done)]() mutable {
-    std::unique_ptr<Protocol> p;
-    try {
-      p = make(now());
-    } catch (const std::exception& e) {
-      spdlog::error("gossip: could not build an operation: {}", e.what());
-    }
+    std::unique_ptr<Protocol> p = make(now());  // nullptr: it could not be built (logged)
     if (!p) {
       if (done) done(nullptr);
       return;

@@ -84,11 +84,10 @@ std::vector<std::uint8_t> encode_checkpoint(const Checkpoint& c) {
   return b;
 }
 
-std::optional<Checkpoint> decode_checkpoint(std::span<const std::uint8_t> bytes, std::string* why,
-                                            std::size_t max_values) {
-  const auto bad = [&](const char* w) -> std::optional<Checkpoint> {
-    if (why) *why = w;
-    return std::nullopt;
+transport::Result<Checkpoint> decode_checkpoint(std::span<const std::uint8_t> bytes,
+                                                std::size_t max_values) {
+  const auto bad = [](const char* w) -> transport::Result<Checkpoint> {
+    return {transport::errc::malformed, w};
   };
   if (bytes.size() < 8 + kHash || std::memcmp(bytes.data(), kMagic, 8) != 0)
     return bad("not a grove checkpoint");
@@ -189,8 +188,7 @@ std::error_code save_checkpoint(const std::filesystem::path& dir, const Checkpoi
   return {};
 }
 
-std::optional<Checkpoint> load_latest(const std::filesystem::path& dir, std::string* why,
-                                      std::uint64_t max_bytes) {
+LoadedCheckpoint load_latest(const std::filesystem::path& dir, std::uint64_t max_bytes) {
   std::string problems;
   // checkpoint.next exists only between its (atomic) creation and the final rename: then it is
   // the newest complete one.
@@ -218,16 +216,11 @@ std::optional<Checkpoint> load_latest(const std::filesystem::path& dir, std::str
       off += static_cast<std::size_t>(n);
     }
     ::close(fd);
-    std::string w;
-    auto c = ok ? decode_checkpoint(bytes, &w) : std::nullopt;
-    if (c) {
-      if (why) *why = problems;
-      return c;
-    }
-    problems += std::string(problems.empty() ? "" : "; ") + name + ": " + (ok ? w : "read failed");
+    auto c = ok ? decode_checkpoint(bytes) : transport::Result<Checkpoint>(transport::errc::malformed, "read failed");
+    if (c) return {std::move(*c), problems};
+    problems += std::string(problems.empty() ? "" : "; ") + name + ": " + c.why();
   }
-  if (why) *why = problems;
-  return std::nullopt;
+  return {std::nullopt, problems};
 }
 
 }  // namespace grove::node

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "optim/outer.hpp"
+#include "transport/error.hpp"
 
 namespace grove::node {
 
@@ -41,17 +42,20 @@ struct Checkpoint {
 };
 
 std::vector<std::uint8_t> encode_checkpoint(const Checkpoint& c);
-/// Parses a checkpoint file's bytes; `why` says what is wrong.
-std::optional<Checkpoint> decode_checkpoint(std::span<const std::uint8_t> bytes, std::string* why,
-                                            std::size_t max_values = std::size_t{1} << 31);
+/// Parses a checkpoint file's bytes (errc::malformed with the reason).
+transport::Result<Checkpoint> decode_checkpoint(std::span<const std::uint8_t> bytes,
+                                                std::size_t max_values = std::size_t{1} << 31);
 
 /// Writes `c` into `dir` atomically (see above). Returns the error, if any (logged by the caller:
 /// a failed checkpoint is not fatal, the previous one stays).
 std::error_code save_checkpoint(const std::filesystem::path& dir, const Checkpoint& c);
 /// The newest complete checkpoint in `dir` (checkpoint.bin, else checkpoint.prev); nullopt when
-/// there is none. A damaged file is reported in `why` and skipped.
-std::optional<Checkpoint> load_latest(const std::filesystem::path& dir, std::string* why,
-                                      std::uint64_t max_bytes = std::uint64_t{64} << 30);
+/// there is none. A damaged file is passed over and reported in `skipped`.
+struct LoadedCheckpoint {
+  std::optional<Checkpoint> checkpoint;  ///< nullopt: none, or none that is whole
+  std::string skipped;                   ///< damaged or unreadable files passed over, and why
+};
+LoadedCheckpoint load_latest(const std::filesystem::path& dir, std::uint64_t max_bytes = std::uint64_t{64} << 30);
 
 /// Writes `data` to `path` atomically: temporary file, fsync, rename, fsync of the directory.
 std::error_code write_file_atomically(const std::filesystem::path& path,

@@ -143,9 +143,8 @@ const std::vector<Field>& fields() {
   return f;
 }
 
-transport::Result<RunConfig> bad(std::string* why, std::string what) {
-  if (why) *why = std::move(what);
-  return transport::make_error_code(transport::errc::malformed);
+transport::Result<RunConfig> bad(std::string what) {
+  return {transport::errc::malformed, std::move(what)};
 }
 }  // namespace
 
@@ -254,35 +253,35 @@ std::string RunConfig::check() const {
   return {};
 }
 
-transport::Result<RunConfig> parse_run_config(std::string_view text, std::string* why) {
+transport::Result<RunConfig> parse_run_config(std::string_view text) {
   if (text.size() > kMaxConfigText)
-    return bad(why, "config text is " + std::to_string(text.size()) + " bytes (at most " +
+    return bad("config text is " + std::to_string(text.size()) + " bytes (at most " +
                         std::to_string(kMaxConfigText) + ")");
   std::vector<std::string_view> lines;
   for (std::size_t at = 0; at < text.size();) {
     const auto nl = text.find('\n', at);
-    if (nl == std::string_view::npos) return bad(why, "config text does not end with a newline");
+    if (nl == std::string_view::npos) return bad("config text does not end with a newline");
     lines.push_back(text.substr(at, nl - at));
     at = nl + 1;
   }
   const auto& fs = fields();
-  if (lines.empty() || lines[0] != kMagic) return bad(why, "not a grove-run v1 config");
+  if (lines.empty() || lines[0] != kMagic) return bad("not a grove-run v1 config");
   if (lines.size() != fs.size() + 1)
-    return bad(why, "config has " + std::to_string(lines.size() - 1) + " fields, expected " +
+    return bad("config has " + std::to_string(lines.size() - 1) + " fields, expected " +
                         std::to_string(fs.size()));
   RunConfig c;
   for (std::size_t i = 0; i < fs.size(); ++i) {
     const auto line = lines[i + 1];
     const auto sp = line.find(' ');
     if (sp == std::string_view::npos || line.substr(0, sp) != fs[i].key)
-      return bad(why, "line " + std::to_string(i + 2) + ": expected field '" +
+      return bad("line " + std::to_string(i + 2) + ": expected field '" +
                           std::string(fs[i].key) + "'");
     if (!fs[i].set(c, line.substr(sp + 1)))
-      return bad(why, "line " + std::to_string(i + 2) + ": bad value for '" +
+      return bad("line " + std::to_string(i + 2) + ": bad value for '" +
                           std::string(fs[i].key) + "'");
   }
-  if (auto e = c.check(); !e.empty()) return bad(why, e);
-  if (c.to_text() != text) return bad(why, "config text is not in canonical form");
+  if (auto e = c.check(); !e.empty()) return bad(e);
+  if (c.to_text() != text) return bad("config text is not in canonical form");
   return c;
 }
 

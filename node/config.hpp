@@ -82,7 +82,7 @@ struct RunConfig {
 };
 
 /// Parses a canonical config text (see above); the error says which line is wrong.
-transport::Result<RunConfig> parse_run_config(std::string_view text, std::string* why = nullptr);
+transport::Result<RunConfig> parse_run_config(std::string_view text);
 
 /// True when `name` has the form of a run name (workload, '-', 12 lowercase hex digits).
 bool valid_run_name(std::string_view name);

@@ -124,10 +124,9 @@ struct ExternalWorkload::Impl {
     }
     std::vector<std::uint8_t> body(n);
     if (auto g = read_exact(fd, body.data(), n, deadline); g != Got::message) return g;
-    std::string why;
-    auto m = decode_trainer_message(body, &why);
+    auto m = decode_trainer_message(body);
     if (!m) {
-      spdlog::warn("trainer: malformed message ({}); closing its connection", why);
+      spdlog::warn("trainer: malformed message ({}); closing its connection", m.why());
       return Got::closed;
     }
     out = std::move(*m);

@@ -76,11 +76,10 @@ int run_client(const node::CliOptions& o) {
     std::printf("the swarm switches to %s from round %.*s\n", node::to_string(o.request_mode),
                 static_cast<int>(b.size()), reinterpret_cast<const char*>(b.data()));
   } else {
-    std::string why;
-    auto members = node::decode_status(res->bytes(), &why);
+    auto members = node::decode_status(res->bytes());
     if (!members) {
       std::fprintf(stderr, "grove-node: bad status answer from %s: %s\n", target.c_str(),
-                   why.c_str());
+                   members.why().c_str());
       rc = 1;
     } else {
       std::fputs((o.json ? node::status_json(*members) : node::status_table(*members)).c_str(),

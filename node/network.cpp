@@ -74,7 +74,7 @@ Network::Network(
       "grove-" + (swarm_key
                       ? transport::to_hex(transport::blake2b_256(swarm_key->bytes)).substr(0, 8)
                       : std::string("open"));
-  dht_->start_lan_discovery(lan_name);
+  lan_ = dht::discover_on_lan(dht_, *host_, lan_name);
   transport::run_on(host_->executor(), [&] {
     published_ = {candidates, transport::Reachability::unchecked};
     upkeep_.emplace(std::move(candidates), seed_of(host_->id()), !o.bootstrap, now());
@@ -134,13 +134,11 @@ std::pair<std::string, RunConfig> Network::find_run(const std::optional<std::str
     const auto r = got.wait_for(30s);
     std::map<std::string, RunConfig> runs;
     for (const auto& rec : r ? r->records : std::vector<dht::Record>{}) {
-      std::string why;
       auto c = parse_run_config(
-          std::string_view(reinterpret_cast<const char*>(rec.value.data()), rec.value.size()),
-          &why);
+          std::string_view(reinterpret_cast<const char*>(rec.value.data()), rec.value.size()));
       if (!c || c->run_name() != rec.subkey) {
         spdlog::warn("ignoring a run record '{}' that does not match its content ({})", rec.subkey,
-                     c ? "name mismatch" : why);
+                     c ? "name mismatch" : c.why());
         continue;
       }
       runs.emplace(rec.subkey, *c);
@@ -320,6 +318,7 @@ void Network::shutdown() {
   shut_ = true;
   upnp_.reset();  // removes the router's mapping
   if (!io_thread_.joinable()) return;
+  lan_.reset();  // (no LAN peer is reported after this)
   if (dht_) dht_->stop();
   asio::post(io_, [this] {
     if (signals_) signals_->cancel();

@@ -23,6 +23,7 @@
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include "dht/lan_discovery.hpp"
 #include "dht/runtime.hpp"
 #include "gossip/round_runtime.hpp"
 #include "node/cli.hpp"
@@ -103,6 +104,7 @@ class Network {
   std::shared_ptr<gossip::GossipRuntime> gossip_;
   std::shared_ptr<gossip::StateServer> server_ = std::make_shared<gossip::StateServer>();
   std::unique_ptr<PortMapper> upnp_;
+  std::unique_ptr<dht::LanDiscovery> lan_;
   std::string advertise_;
   bool shut_ = false;
   // host strand from here on

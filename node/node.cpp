@@ -155,14 +155,14 @@ void Node::Impl::start() {
     swarm_key = transport::SwarmKey::load(*o.swarm_key_file);
   }
 
-  std::string why;
-  resume = load_latest(state_dir, &why);
-  if (!why.empty()) spdlog::warn("checkpoint: {}", why);
+  auto loaded = load_latest(state_dir);
+  if (!loaded.skipped.empty()) spdlog::warn("checkpoint: {}", loaded.skipped);
+  resume = std::move(loaded.checkpoint);
   if (resume) {
-    auto c = parse_run_config(resume->config_text, &why);
+    auto c = parse_run_config(resume->config_text);
     if (!c)
       throw ConfigError("checkpoint in '" + state_dir.string() +
-                        "' names a bad run config: " + why);
+                        "' names a bad run config: " + c.why());
     config = *c;
     run_name = config.run_name();
     if (o.run && *o.run != run_name)

@@ -85,7 +85,9 @@ void Servers::serve_status() {
                         transport::Duration(3000),
                         [g, fallback](transport::Result<transport::Payload> res) {
                           std::optional<std::vector<MemberStatus>> got;
-                          if (res) got = decode_status(res->bytes(), nullptr);
+                          if (res) {
+                            if (auto d = decode_status(res->bytes())) got = std::move(*d);
+                          }
                           std::lock_guard lk(g->mu);
                           g->out.push_back(got && got->size() == 1 ? got->front() : fallback);
                           g->done();

@@ -109,11 +109,9 @@ std::vector<std::uint8_t> encode_status(const std::vector<MemberStatus>& members
   return mp::bytes_of(sb);
 }
 
-std::optional<std::vector<MemberStatus>> decode_status(std::span<const std::uint8_t> bytes,
-                                                       std::string* why) {
-  const auto bad = [&](const char* w) -> std::optional<std::vector<MemberStatus>> {
-    if (why) *why = w;
-    return std::nullopt;
+transport::Result<std::vector<MemberStatus>> decode_status(std::span<const std::uint8_t> bytes) {
+  const auto bad = [](const char* w) -> transport::Result<std::vector<MemberStatus>> {
+    return {transport::errc::malformed, w};
   };
   transport::UnpackLimits lim;
   lim.array = kMaxStatusMembers;

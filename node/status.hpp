@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "transport/error.hpp"
+
 namespace grove::node {
 
 constexpr std::size_t kMaxStatusMembers = 4096;
@@ -37,8 +39,7 @@ struct MemberStatus {
 };
 
 std::vector<std::uint8_t> encode_status(const std::vector<MemberStatus>& members);
-std::optional<std::vector<MemberStatus>> decode_status(std::span<const std::uint8_t> bytes,
-                                                       std::string* why);
+transport::Result<std::vector<MemberStatus>> decode_status(std::span<const std::uint8_t> bytes);
 /// JSON scalars: a quoted string (bytes outside printable ASCII shown as '?') and a number (null
 /// when not finite). Shared with the node's metrics lines.
 std::string json_string(const std::string& s);

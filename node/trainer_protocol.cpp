@@ -18,9 +18,8 @@ constexpr std::size_t kMaxKeys = 16;
 constexpr std::size_t kMaxWhy = 1024;
 const char* const kDtypes[] = {"float32", "float16", "bfloat16", "float64"};
 
-transport::Result<TrainerMessage> bad(std::string* why, std::string what) {
-  if (why) *why = std::move(what);
-  return transport::make_error_code(errc::malformed);
+transport::Result<TrainerMessage> bad(std::string what) {
+  return {errc::malformed, std::move(what)};
 }
 
 // The value under `key` in a map object, or nullptr.
@@ -134,18 +133,17 @@ std::string ModelSpec::hash_hex() const {
       transport::blake2b_256({reinterpret_cast<const std::uint8_t*>(sb.data()), sb.size()}));
 }
 
-transport::Result<TrainerMessage> decode_trainer_message(std::span<const std::uint8_t> body,
-                                                         std::string* why) {
-  if (body.size() > kMaxTrainerFrame) return bad(why, "message too large");
+transport::Result<TrainerMessage> decode_trainer_message(std::span<const std::uint8_t> body) {
+  if (body.size() > kMaxTrainerFrame) return bad("message too large");
   auto oh = transport::unpack_bounded(
       body,
       {.array = kMaxTensors, .map = kMaxKeys, .str = kMaxWhy, .bin = 0, .ext = 0, .depth = 4});
-  if (!oh) return bad(why, "not a bounded msgpack value");
+  if (!oh) return bad("not a bounded msgpack value");
   const mp::Obj& m = oh->get();
-  if (m.type != msgpack::type::MAP) return bad(why, "not a map");
+  if (m.type != msgpack::type::MAP) return bad("not a map");
   std::string op;
   const auto* opv = field(m, "op");
-  if (!opv || !mp::get_str(*opv, 16, op)) return bad(why, "no op");
+  if (!opv || !mp::get_str(*opv, 16, op)) return bad("no op");
   if (op == "step") {
     TrainerStep s;
     const auto* loss = field(m, "loss");
@@ -153,28 +151,28 @@ transport::Result<TrainerMessage> decode_trainer_message(std::span<const std::ui
     const auto* eval = field(m, "eval_loss");
     if ((loss && !mp::get_number(*loss, s.loss)) || (eval && !mp::get_number(*eval, s.eval_loss)) ||
         (tokens && !mp::get_u64(*tokens, s.tokens)))
-      return bad(why, "step: loss, eval_loss and tokens are numbers");
+      return bad("step: loss, eval_loss and tokens are numbers");
     return TrainerMessage{s};
   }
   if (op == "stored") return TrainerMessage{TrainerStored{}};
-  if (op != "hello") return bad(why, "unknown op '" + op + "'");
+  if (op != "hello") return bad("unknown op '" + op + "'");
   TrainerHello h;
   std::uint64_t v = 0;
   const auto* ver = field(m, "version");
-  if (!ver || !mp::get_u64(*ver, v) || v > 1000) return bad(why, "hello: no version");
+  if (!ver || !mp::get_u64(*ver, v) || v > 1000) return bad("hello: no version");
   h.version = static_cast<std::uint32_t>(v);
   const auto* ts = field(m, "tensors");
   std::string twhy;
-  if (!ts || !decode_tensors(*ts, h.model, &twhy)) return bad(why, "hello: " + twhy);
+  if (!ts || !decode_tensors(*ts, h.model, &twhy)) return bad("hello: " + twhy);
   if (const auto* o = field(m, "outer"); o && o->type != msgpack::type::NIL) {
     std::string s;
     if (!mp::get_str(*o, 16, s) || !parse_outer(s))
-      return bad(why, "hello: outer is noloco or diloco");
+      return bad("hello: outer is noloco or diloco");
     h.outer = parse_outer(s);
   }
   if (const auto* hs = field(m, "inner_steps"); hs && hs->type != msgpack::type::NIL) {
     if (!mp::get_u64(*hs, v) || v == 0 || v > 1'000'000)
-      return bad(why, "hello: inner_steps is 1 to 1000000");
+      return bad("hello: inner_steps is 1 to 1000000");
     h.inner_steps = static_cast<std::uint32_t>(v);
   }
   if (!get_opt_float(m, "outer_lr", h.outer_lr) ||
@@ -182,9 +180,9 @@ transport::Result<TrainerMessage> decode_trainer_message(std::span<const std::ui
       !get_opt_float(m, "noloco_alpha", h.noloco_alpha) ||
       !get_opt_float(m, "noloco_beta", h.noloco_beta) ||
       !get_opt_float(m, "noloco_gamma", h.noloco_gamma))
-    return bad(why, "hello: the algorithm's numbers must be finite numbers");
+    return bad("hello: the algorithm's numbers must be finite numbers");
   if (const auto* pid = field(m, "pid"); pid && !mp::get_u64(*pid, h.pid))
-    return bad(why, "hello: pid");
+    return bad("hello: pid");
   return TrainerMessage{std::move(h)};
 }
 

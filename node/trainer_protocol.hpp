@@ -75,9 +75,8 @@ struct TrainerStep {
 struct TrainerStored {};
 using TrainerMessage = std::variant<TrainerHello, TrainerStep, TrainerStored>;
 
-/// A trainer's message, or malformed with the reason in `why`.
-transport::Result<TrainerMessage> decode_trainer_message(std::span<const std::uint8_t> body,
-                                                         std::string* why = nullptr);
+/// A trainer's message, or errc::malformed with the reason.
+transport::Result<TrainerMessage> decode_trainer_message(std::span<const std::uint8_t> body);
 std::vector<std::uint8_t> encode_trainer_message(const TrainerMessage& m);
 
 /// The run's algorithm fields taken from a hello (at bootstrap): what the trainer chose, on top

@@ -275,6 +275,10 @@ bool Swarm::drain(std::size_t i) {
   for (auto& op : n.engine->take_ops()) {
     any = true;
     auto p = op.make(gossip_.now());
+    if (!p) {  // it could not be built: the engine hears so, as from grove-node's runtime
+      dht_.call(i, [&](dht::DhtNode&) { n.engine->on_op_finished(nullptr, now_); });
+      continue;
+    }
     gossip_.attach(n.id, std::move(p));
     if (!n.alive) return true;
   }

@@ -103,8 +103,8 @@ Outcome simulate(const Setup& s, std::size_t n, bool ring) {
     o.linger = patient;
     o.heartbeat = Time(5000);
     for (std::size_t i = 0; i < n; ++i)
-      net.attach(ids[i], std::make_unique<gossip::RingAllReduce>(op_id(1, n), ids[i], ids, tensor(),
-                                                                 o, t0));
+      net.attach(ids[i], gossip::RingAllReduce::create(op_id(1, n), ids[i], ids, tensor(),
+                                                                 o, t0).value());
   } else {
     gossip::ExchangeOptions o;
     o.chunk_values = 256;
@@ -115,9 +115,9 @@ Outcome simulate(const Setup& s, std::size_t n, bool ring) {
     for (std::size_t i = 0; i + 1 < n; i += 2) {
       const std::vector<NodeId> pair{ids[i], ids[i + 1]};
       for (std::size_t k = 0; k < 2; ++k)
-        net.attach(pair[k], std::make_unique<gossip::GroupExchange>(
+        net.attach(pair[k], gossip::GroupExchange::create(
                                 op_id(2, i), pair[k], pair,
-                                std::vector<std::vector<float>>{tensor()}, o, t0));
+                                std::vector<std::vector<float>>{tensor()}, o, t0).value());
     }
   }
   const std::size_t expect = ring ? n : n - n % 2;

@@ -41,13 +41,24 @@ class ConfigError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-/// Minimal std::expected stand-in (C++20): either a value or an error_code.
+/// Why an operation failed: a code to act on and, where the code does not say it all, the
+/// reason in words (what a log line or a refusal shows).
+struct Failure {
+  std::error_code code;
+  std::string why;
+  /// "malformed message: chunk 7 of 3" (the code's message, then the reason if any).
+  std::string text() const { return why.empty() ? code.message() : code.message() + ": " + why; }
+};
+
+/// Minimal std::expected stand-in (C++20): either a value or a Failure (an error_code and, when
+/// given, the reason in words). Every operation on peer input returns one (docs/ERRORS.md).
 template <class T>
 class Result {
  public:
-  Result(T v) : v_(std::move(v)) {}           // NOLINT
-  Result(std::error_code ec) : v_(ec) {}      // NOLINT
-  Result(errc e) : v_(make_error_code(e)) {}  // NOLINT
+  Result(T v) : v_(std::move(v)) {}                                      // NOLINT
+  Result(std::error_code ec, std::string why = {}) : v_(Failure{ec, std::move(why)}) {}  // NOLINT
+  Result(errc e, std::string why = {}) : v_(Failure{make_error_code(e), std::move(why)}) {}  // NOLINT
+  Result(Failure f) : v_(std::move(f)) {}                                // NOLINT
   bool has_value() const noexcept { return v_.index() == 0; }
   explicit operator bool() const noexcept { return has_value(); }
   T& value() & { return std::get<0>(v_); }
@@ -58,25 +69,37 @@ class Result {
   T* operator->() { return &value(); }
   const T* operator->() const { return &value(); }
   std::error_code error() const noexcept {
-    return has_value() ? std::error_code{} : std::get<1>(v_);
+    return has_value() ? std::error_code{} : std::get<1>(v_).code;
   }
+  /// The reason in words ("" on success, or when only the code was given).
+  const std::string& why() const noexcept {
+    static const std::string none;
+    return has_value() ? none : std::get<1>(v_).why;
+  }
+  Failure failure() const { return has_value() ? Failure{} : std::get<1>(v_); }
+  /// The code's message and the reason, for a log line.
+  std::string text() const { return has_value() ? std::string() : std::get<1>(v_).text(); }
 
  private:
-  std::variant<T, std::error_code> v_;
+  std::variant<T, Failure> v_;
 };
 
 template <>
 class Result<void> {
  public:
   Result() = default;
-  Result(std::error_code ec) : ec_(ec) {}      // NOLINT
-  Result(errc e) : ec_(make_error_code(e)) {}  // NOLINT
-  bool has_value() const noexcept { return !ec_; }
+  Result(std::error_code ec, std::string why = {}) : f_{ec, std::move(why)} {}  // NOLINT
+  Result(errc e, std::string why = {}) : f_{make_error_code(e), std::move(why)} {}  // NOLINT
+  Result(Failure f) : f_(std::move(f)) {}                                        // NOLINT
+  bool has_value() const noexcept { return !f_.code; }
   explicit operator bool() const noexcept { return has_value(); }
-  std::error_code error() const noexcept { return ec_; }
+  std::error_code error() const noexcept { return f_.code; }
+  const std::string& why() const noexcept { return f_.why; }
+  Failure failure() const { return f_; }
+  std::string text() const { return has_value() ? std::string() : f_.text(); }
 
  private:
-  std::error_code ec_;
+  Failure f_;
 };
 
 }  // namespace grove::transport

@@ -15,6 +15,7 @@
 #include <iostream>
 #include <thread>
 
+#include "dht/lan_discovery.hpp"
 #include "dht/runtime.hpp"
 
 using namespace grove;
@@ -85,7 +86,8 @@ int main(int argc, char** argv) {
     });
   });
   if (!peers.empty()) rt->bootstrap(peers);
-  if (!lan.empty()) rt->start_lan_discovery(lan);
+  std::unique_ptr<dht::LanDiscovery> discovery;
+  if (!lan.empty()) discovery = dht::discover_on_lan(rt, *host, lan);
   say("ready " + dht::hex(host->id()) + " " + host->address());
 
   auto work = boost::asio::make_work_guard(io);
@@ -118,6 +120,7 @@ int main(int argc, char** argv) {
     auto stopped = std::make_shared<bool>(false);
     auto stop = [&, stopped] {
       if (std::exchange(*stopped, true)) return;
+      discovery.reset();
       rt->stop();
       host->shutdown();
       work.reset();

@@ -628,6 +628,7 @@ TEST_F(LanDiscoveryTest, DhtRuntimesWithoutPeersFindEachOther) {
   std::vector<std::shared_ptr<transport::Host>> hosts;
   std::vector<std::shared_ptr<DhtRuntime>> rts;
   std::vector<std::shared_ptr<Membership>> runs;
+  std::vector<std::unique_ptr<LanDiscovery>> lans;
   MembershipOptions mo;
   mo.ttl = Time(3000);
   mo.publish_every = Time(1000);
@@ -639,7 +640,8 @@ TEST_F(LanDiscoveryTest, DhtRuntimesWithoutPeersFindEachOther) {
     rts.push_back(DhtRuntime::create(hosts.back(), DhtOptions{}, 100 + i));
     hosts.back()->start();
     rts.back()->start();
-    ASSERT_TRUE(rts.back()->start_lan_discovery("lan-swarm"));
+    lans.push_back(discover_on_lan(rts.back(), *hosts.back(), "lan-swarm"));
+    ASSERT_TRUE(lans.back());
     MemberInfo self;
     self.addresses = {hosts.back()->address()};
     runs.push_back(rts.back()->join("lan-run", mo, self));
@@ -651,6 +653,7 @@ TEST_F(LanDiscoveryTest, DhtRuntimesWithoutPeersFindEachOther) {
   std::cerr << "LAN-only nodes share one run view after "
             << std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count()
             << " ms\n";
+  lans.clear();
   for (auto& rt : rts) rt->stop();
   for (auto& h : hosts) h->shutdown();
   // Wait for the goodbyes to close every session (this thread runs the io_context).

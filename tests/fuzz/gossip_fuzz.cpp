@@ -48,8 +48,8 @@ struct State {
     o.chunk_values = kChunk;
     std::vector<float> in(kRingValues);
     for (std::size_t i = 0; i < in.size(); ++i) in[i] = 0.001f * static_cast<float>(i % 97);
-    ring = std::make_unique<gossip::RingAllReduce>(
-        op(), peer(1), std::vector{peer(0), peer(1), peer(2)}, std::move(in), o, now);
+    ring = gossip::RingAllReduce::create(
+        op(), peer(1), std::vector{peer(0), peer(1), peer(2)}, std::move(in), o, now).value();
   }
   void fresh_exchange() {
     gossip::ExchangeOptions o;
@@ -57,8 +57,8 @@ struct State {
     o.chunk_values = kChunk;
     std::vector<float> t(kExchangeValues);
     for (std::size_t i = 0; i < t.size(); ++i) t[i] = 0.5f - 0.001f * static_cast<float>(i);
-    exchange = std::make_unique<gossip::GroupExchange>(op(), peer(1), std::vector{peer(1), peer(0)},
-                                                       std::vector<std::vector<float>>{t}, o, now);
+    exchange = gossip::GroupExchange::create(op(), peer(1), std::vector{peer(1), peer(0)},
+                                                       std::vector<std::vector<float>>{t}, o, now).value();
   }
 };
 

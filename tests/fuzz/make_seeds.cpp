@@ -549,8 +549,9 @@ void gossip_seeds(const fs::path& dir) {
   g::AllReduceOptions ao;
   ao.chunk_values = gz::kChunk;
   for (int p : {0, 2}) {
-    g::RingAllReduce r(gz::op(), gz::peer(p), {gz::peer(0), gz::peer(1), gz::peer(2)},
-                       std::vector<float>(gz::kRingValues, 0.25f), ao, g::Time(0));
+    auto r_core = g::RingAllReduce::create(gz::op(), gz::peer(p), {gz::peer(0), gz::peer(1), gz::peer(2)},
+                       std::vector<float>(gz::kRingValues, 0.25f), ao, g::Time(0)).value();
+    auto& r = *r_core;
     r.on_timer(g::Time(1500));  // a heartbeat too
     for (auto& o : r.take_outgoing())
       if (o.to == gz::peer(1))
@@ -559,8 +560,9 @@ void gossip_seeds(const fs::path& dir) {
   g::ExchangeOptions eo;
   eo.codec = g::WireCodec::fp32;
   eo.chunk_values = gz::kChunk;
-  g::GroupExchange e(gz::op(), gz::peer(0), {gz::peer(1), gz::peer(0)},
-                     {std::vector<float>(gz::kExchangeValues, 0.4f)}, eo, g::Time(0));
+  auto e_core = g::GroupExchange::create(gz::op(), gz::peer(0), {gz::peer(1), gz::peer(0)},
+                     {std::vector<float>(gz::kExchangeValues, 0.4f)}, eo, g::Time(0)).value();
+  auto& e = *e_core;
   for (auto& o : e.take_outgoing()) put("exchange", 4, o.data.span());
   // Control messages and malformed variants.
   g::Header h;
@@ -631,8 +633,9 @@ node::RunConfig mlp_config() {
 
 void run_config_seeds(const fs::path& dir) {
   auto put = [&](const std::string& name, const std::string& text) {
-    std::string why;
-    const bool ok = node::parse_run_config(text, &why).has_value();
+    const auto r = node::parse_run_config(text);
+    const bool ok = r.has_value();
+    const std::string why = r.why();
     write(dir, name, {reinterpret_cast<const std::uint8_t*>(text.data()), text.size()},
           ok ? "ok" : why.c_str());
   };
@@ -697,16 +700,18 @@ std::vector<Buf> checkpoint_sections(const Buf& file) {
 void checkpoint_seeds(const fs::path& dir) {
   // A whole file as it lies on disk; a body is a file without its hash (the target appends it).
   auto put_file = [&](const std::string& name, const Buf& file) {
-    std::string why;
-    const bool ok = node::decode_checkpoint(file, &why).has_value();
+    const auto r = node::decode_checkpoint(file);
+    const bool ok = r.has_value();
+    const std::string why = r.why();
     write(dir, "file-" + name, file, ok ? "ok" : why.c_str());
   };
   auto put_body = [&](const std::string& name, const Buf& body) {
     Buf file = body;
     const auto h = grove::transport::blake2b_256(body);
     file.insert(file.end(), h.begin(), h.end());
-    std::string why;
-    const bool ok = node::decode_checkpoint(file, &why).has_value();
+    const auto r = node::decode_checkpoint(file);
+    const bool ok = r.has_value();
+    const std::string why = r.why();
     write(dir, "body-" + name, body, ok ? "ok (sealed)" : why.c_str());
   };
   auto body_of = [](const Buf& file) { return Buf(file.begin(), file.end() - 32); };
@@ -787,8 +792,9 @@ void checkpoint_seeds(const fs::path& dir) {
 
 void status_seeds(const fs::path& dir) {
   auto put = [&](const std::string& name, const Buf& data) {
-    std::string why;
-    const bool ok = node::decode_status(data, &why).has_value();
+    const auto r = node::decode_status(data);
+    const bool ok = r.has_value();
+    const std::string why = r.why();
     write(dir, name, data, ok ? "ok" : why.c_str());
   };
   node::MemberStatus a;
@@ -878,8 +884,9 @@ void status_seeds(const fs::path& dir) {
 
 void trainer_seeds(const fs::path& dir) {
   auto put = [&](const std::string& name, const Buf& data) {
-    std::string why;
-    const bool ok = node::decode_trainer_message(data, &why).has_value();
+    const auto r = node::decode_trainer_message(data);
+    const bool ok = r.has_value();
+    const std::string why = r.why();
     write(dir, name, data, ok ? "ok" : why.c_str());
   };
   node::TrainerHello h;

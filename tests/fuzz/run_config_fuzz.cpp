@@ -27,8 +27,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::string_view text(reinterpret_cast<const char*>(data), size);
   (void)valid_run_name(text);
 
-  std::string why;
-  auto c = parse_run_config(text, &why);
+  auto c = parse_run_config(text);
+  const std::string why = c.why();
   if (!c) {
     check(!why.empty());
     return 0;
@@ -38,7 +38,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
 
   const std::string canonical = c->to_text();
   check(canonical == text);
-  auto again = parse_run_config(canonical, nullptr);
+  auto again = parse_run_config(canonical);
   check(again.has_value());
   check(*again == *c);
   const std::string name = c->run_name();

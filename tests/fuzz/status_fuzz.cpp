@@ -55,8 +55,8 @@ bool within_limits(const MemberStatus& m) {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::span<const std::uint8_t> in(data, size);
-  std::string why;
-  auto members = decode_status(in, &why);
+  auto members = decode_status(in);
+  const std::string why = members.why();
   if (!members) {
     check(!why.empty());
     return 0;
@@ -65,7 +65,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   check(std::all_of(members->begin(), members->end(), within_limits));
 
   const auto bytes = encode_status(*members);
-  auto again = decode_status(bytes, nullptr);
+  auto again = decode_status(bytes);
   check(again.has_value());
   check(again->size() == members->size());
   for (std::size_t i = 0; i < members->size(); ++i) check(same((*members)[i], (*again)[i]));

@@ -30,8 +30,8 @@ bool same_number(double a, double b) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  std::string why;
-  auto m = decode_trainer_message(std::span<const std::uint8_t>(data, size), &why);
+  auto m = decode_trainer_message(std::span<const std::uint8_t>(data, size));
+  const std::string why = m.why();
   if (!m) {
     check(!why.empty());
     return 0;

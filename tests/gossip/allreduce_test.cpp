@@ -50,7 +50,7 @@ struct Swarm {
   Swarm& start() {
     for (std::size_t i = 0; i < ids.size(); ++i)
       net.attach(ids[i],
-                 std::make_unique<RingAllReduce>(op, ids[i], ids, inputs[i], opts, net.now()));
+                 RingAllReduce::create(op, ids[i], ids, inputs[i], opts, net.now()).value());
     return *this;
   }
   RingAllReduce* at(std::size_t i) { return static_cast<RingAllReduce*>(net.protocol(ids[i], op)); }
@@ -214,7 +214,8 @@ TEST(RingAllReduce, AMalformedChunkGetsItsSenderSuspected) {
   const OpId op = op_of(1);
   std::vector<NodeId> ids(N);
   for (std::size_t i = 0; i < N; ++i) ids[i][0] = static_cast<std::uint8_t>(i + 1);
-  RingAllReduce r(op, ids[1], ids, std::vector<float>(256 * 3, 1.0f), o, dht::Time(0));
+  auto r_core = RingAllReduce::create(op, ids[1], ids, std::vector<float>(256 * 3, 1.0f), o, dht::Time(0)).value();
+  auto& r = *r_core;
   // From the predecessor (ids[0]): a chunk whose count does not match the segment.
   Header h;
   h.kind = MsgKind::chunk;
@@ -231,8 +232,9 @@ TEST(RingAllReduce, AMalformedChunkGetsItsSenderSuspected) {
   EXPECT_EQ(r.suspects().count(ids[0]), 1u);
   EXPECT_EQ(r.members().size(), 2u);
   // A NaN smuggled in fp32 is refused the same way.
-  RingAllReduce r2(op, ids[1], ids, std::vector<float>(256 * 3, 1.0f),
-                   AllReduceOptions{.codec = WireCodec::fp32, .chunk_values = 256}, dht::Time(0));
+  auto r2_core = RingAllReduce::create(op, ids[1], ids, std::vector<float>(256 * 3, 1.0f),
+                   AllReduceOptions{.codec = WireCodec::fp32, .chunk_values = 256}, dht::Time(0)).value();
+  auto& r2 = *r2_core;
   h.codec = WireCodec::fp32;
   h.count = 256;
   std::span<std::uint8_t> payload;
@@ -251,7 +253,8 @@ TEST(RingAllReduce, AMemberLeftAloneOutOfThreeFailsButOneOfAPairGoesOn) {
   for (std::size_t N : {2u, 3u}) {
     std::vector<NodeId> ids(N);
     for (std::size_t i = 0; i < N; ++i) ids[i][0] = static_cast<std::uint8_t>(i + 1);
-    RingAllReduce r(op_of(4), ids[0], ids, std::vector<float>(512, 1.0f), o, dht::Time(0));
+    auto r_core = RingAllReduce::create(op_of(4), ids[0], ids, std::vector<float>(512, 1.0f), o, dht::Time(0)).value();
+    auto& r = *r_core;
     for (std::size_t i = 1; i < N; ++i) r.on_peer_failed(ids[i], dht::Time(1));
     if (N == 2) {
       EXPECT_EQ(r.status(), OpStatus::done);
@@ -272,7 +275,8 @@ TEST(RingAllReduce, HalfTheGroupGoneFailsAMajorityGoesOn) {
     SCOPED_TRACE(std::to_string(lost) + " of " + std::to_string(N) + " lost");
     std::vector<NodeId> ids(N);
     for (std::size_t i = 0; i < N; ++i) ids[i][0] = static_cast<std::uint8_t>(i + 1);
-    RingAllReduce r(op_of(5), ids[0], ids, std::vector<float>(512, 1.0f), o, dht::Time(0));
+    auto r_core = RingAllReduce::create(op_of(5), ids[0], ids, std::vector<float>(512, 1.0f), o, dht::Time(0)).value();
+    auto& r = *r_core;
     for (std::size_t i = 1; i <= lost; ++i) r.on_peer_failed(ids[i], dht::Time(1));
     if (2 * (N - lost) > N) {
       EXPECT_EQ(r.status(), OpStatus::running);
@@ -290,7 +294,8 @@ TEST(RingAllReduce, GivesUpAtTheTotalTimeout) {
   o.total_timeout = 5000ms;
   std::vector<NodeId> ids(2);
   ids[1][0] = 1;
-  RingAllReduce r(op_of(3), ids[0], ids, std::vector<float>(512, 1.0f), o, dht::Time(0));
+  auto r_core = RingAllReduce::create(op_of(3), ids[0], ids, std::vector<float>(512, 1.0f), o, dht::Time(0)).value();
+  auto& r = *r_core;
   // Heartbeats keep arriving from the peer but no data ever does.
   Header h;
   h.kind = MsgKind::heartbeat;

@@ -42,7 +42,7 @@ struct Group {
   void start() {
     for (std::size_t i = 0; i < ids.size(); ++i)
       net.attach(ids[i],
-                 std::make_unique<GroupExchange>(op, ids[i], ids, tensors[i], opts, net.now()));
+                 GroupExchange::create(op, ids[i], ids, tensors[i], opts, net.now()).value());
   }
   GroupExchange* at(std::size_t i) { return static_cast<GroupExchange*>(net.protocol(ids[i], op)); }
   bool all_finished() {
@@ -156,10 +156,10 @@ struct Manual {
   Manual(std::vector<float> ta, std::vector<float> tb, ExchangeOptions o) {
     a[0] = 1;
     b[0] = 2;
-    ea = std::make_unique<GroupExchange>(
-        op, a, std::vector{a, b}, std::vector<std::vector<float>>{std::move(ta)}, o, dht::Time(0));
-    eb = std::make_unique<GroupExchange>(
-        op, b, std::vector{a, b}, std::vector<std::vector<float>>{std::move(tb)}, o, dht::Time(0));
+    ea = GroupExchange::create(
+        op, a, std::vector{a, b}, std::vector<std::vector<float>>{std::move(ta)}, o, dht::Time(0)).value();
+    eb = GroupExchange::create(
+        op, b, std::vector{a, b}, std::vector<std::vector<float>>{std::move(tb)}, o, dht::Time(0)).value();
   }
   // Delivers b's messages to a, after `edit` may change each one.
   void deliver_b_to_a(const std::function<void(std::size_t, Bytes&)>& edit) {

@@ -64,8 +64,8 @@ TEST(GossipRuntime, RingAllReduceOverEncryptedTcp) {
   std::vector<std::future<std::unique_ptr<Protocol>>> fs;
   for (std::size_t i = 0; i < N; ++i)
     fs.push_back(run(m, i,
-                     std::make_unique<RingAllReduce>(op, m.ids[i], m.ids, randn(i, n), o,
-                                                     GossipRuntime::now())));
+                     RingAllReduce::create(op, m.ids[i], m.ids, randn(i, n), o,
+                                                     GossipRuntime::now()).value()));
   std::vector<std::unique_ptr<Protocol>> done;
   for (auto& f : fs) {
     auto r = await(f, 60s);
@@ -100,8 +100,8 @@ TEST(GossipRuntime, SurvivorsFinishWhenOneMemberNeverStartsAndAnotherShutsDown) 
   std::vector<std::future<std::unique_ptr<Protocol>>> fs;
   for (std::size_t i = 0; i < 4; ++i)  // member 4 never starts the op: it hangs
     fs.push_back(run(m, i,
-                     std::make_unique<RingAllReduce>(op, m.ids[i], m.ids, randn(i, n), o,
-                                                     GossipRuntime::now())));
+                     RingAllReduce::create(op, m.ids[i], m.ids, randn(i, n), o,
+                                                     GossipRuntime::now()).value()));
   m.hosts[3]->shutdown();  // member 3 dies right after starting
   std::vector<RingAllReduce*> live;
   std::vector<std::unique_ptr<Protocol>> keep;
@@ -126,13 +126,13 @@ TEST(GossipRuntime, PairExchangeOverEncryptedTcp) {
   op[0] = 3;
   const std::size_t n = 3u << 18;
   auto f0 = run(m, 0,
-                std::make_unique<GroupExchange>(op, m.ids[0], m.ids,
+                GroupExchange::create(op, m.ids[0], m.ids,
                                                 std::vector<std::vector<float>>{randn(10, n)}, o,
-                                                GossipRuntime::now()));
+                                                GossipRuntime::now()).value());
   auto f1 = run(m, 1,
-                std::make_unique<GroupExchange>(op, m.ids[1], m.ids,
+                GroupExchange::create(op, m.ids[1], m.ids,
                                                 std::vector<std::vector<float>>{randn(11, n)}, o,
-                                                GossipRuntime::now()));
+                                                GossipRuntime::now()).value());
   auto r0 = await(f0, 60s), r1 = await(f1, 60s);
   ASSERT_TRUE(r0 && r1);
   auto& e0 = static_cast<GroupExchange&>(**r0);
@@ -168,9 +168,9 @@ TEST(GossipRuntime, ConcurrentOpsShareOnePeerStreamLimit) {
     op[0] = static_cast<std::uint8_t>(10 + k);
     for (std::size_t i = 0; i < 2; ++i)
       fs.push_back(run(m, i,
-                       std::make_unique<GroupExchange>(
+                       GroupExchange::create(
                            op, m.ids[i], m.ids, std::vector<std::vector<float>>{randn(20 + i, n)},
-                           o, GossipRuntime::now())));
+                           o, GossipRuntime::now()).value()));
   }
   for (auto& f : fs) {
     auto r = await(f, 60s);

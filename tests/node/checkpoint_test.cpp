@@ -49,9 +49,8 @@ void write_all(const fs::path& p, const std::vector<std::uint8_t>& b) {
 
 TEST(Checkpoint, EncodeDecodeRoundTrip) {
   const auto c = sample(7);
-  std::string why;
-  auto back = decode_checkpoint(encode_checkpoint(c), &why);
-  ASSERT_TRUE(back) << why;
+  auto back = decode_checkpoint(encode_checkpoint(c));
+  ASSERT_TRUE(back) << back.why();
   EXPECT_EQ(*back, c);
 }
 
@@ -63,30 +62,28 @@ TEST(Checkpoint, WrittenFromTheStatesBytesItIsTheSameFile) {
   shared.outer = {};
   shared.outer_bytes = std::make_shared<const std::vector<std::uint8_t>>(optim::serialize(c.outer));
   EXPECT_EQ(encode_checkpoint(shared), encode_checkpoint(c));
-  auto back = decode_checkpoint(encode_checkpoint(shared), nullptr);
+  auto back = decode_checkpoint(encode_checkpoint(shared));
   ASSERT_TRUE(back);
   EXPECT_EQ(*back, c);
 }
 
 TEST(Checkpoint, EveryDamagedByteOrTruncationIsDetected) {
   const auto bytes = encode_checkpoint(sample(3));
-  std::string why;
   for (std::size_t i = 0; i < bytes.size(); ++i) {
     auto b = bytes;
     b[i] ^= 0x40;
-    EXPECT_FALSE(decode_checkpoint(b, &why)) << "byte " << i;
+    EXPECT_FALSE(decode_checkpoint(b)) << "byte " << i;
   }
   for (std::size_t n = 0; n < bytes.size(); ++n)
-    EXPECT_FALSE(decode_checkpoint(std::span(bytes).first(n), &why)) << "length " << n;
+    EXPECT_FALSE(decode_checkpoint(std::span(bytes).first(n))) << "length " << n;
 }
 
 TEST(Checkpoint, SaveThenLoadTheNewest) {
   TempDir d;
-  std::string why;
-  EXPECT_FALSE(load_latest(d.path, &why));
+  EXPECT_FALSE(load_latest(d.path).checkpoint);
   ASSERT_FALSE(save_checkpoint(d.path, sample(1)));
   ASSERT_FALSE(save_checkpoint(d.path, sample(2)));
-  auto c = load_latest(d.path, &why);
+  auto [c, why] = load_latest(d.path);
   ASSERT_TRUE(c) << why;
   EXPECT_EQ(c->step, 2u);
   EXPECT_TRUE(fs::exists(d.path / "checkpoint.prev"));
@@ -116,8 +113,7 @@ TEST(Checkpoint, AKillAtAnyStepOfASaveLeavesACompleteCheckpoint) {
     if (s.tmp_partial)
       write_all(d.path / "checkpoint.next.tmp.123",
                 std::vector<std::uint8_t>(new_bytes.begin(), new_bytes.begin() + 20));
-    std::string why;
-    auto c = load_latest(d.path, &why);
+    auto [c, why] = load_latest(d.path);
     ASSERT_TRUE(c) << s.what << ": " << why;
     EXPECT_EQ(c->step, s.expect) << s.what;
   }
@@ -130,8 +126,7 @@ TEST(Checkpoint, ADamagedNewestFallsBackToThePrevious) {
   auto b = read_all(d.path / "checkpoint.bin");
   b[b.size() / 2] ^= 1;
   write_all(d.path / "checkpoint.bin", b);
-  std::string why;
-  auto c = load_latest(d.path, &why);
+  auto [c, why] = load_latest(d.path);
   ASSERT_TRUE(c);
   EXPECT_EQ(c->step, 1u);
   EXPECT_NE(why.find("checkpoint.bin"), std::string::npos) << why;
@@ -140,8 +135,8 @@ TEST(Checkpoint, ADamagedNewestFallsBackToThePrevious) {
 TEST(Checkpoint, ATooLargeFileIsNotRead) {
   TempDir d;
   ASSERT_FALSE(save_checkpoint(d.path, sample(1)));
-  std::string why;
-  EXPECT_FALSE(load_latest(d.path, &why, 16));
+  auto [c, why] = load_latest(d.path, 16);
+  EXPECT_FALSE(c);
   EXPECT_NE(why.find("too large"), std::string::npos) << why;
 }
 

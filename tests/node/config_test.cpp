@@ -22,9 +22,8 @@ RunConfig sample() {
 
 TEST(RunConfig, TextRoundTripsExactly) {
   const auto c = sample();
-  std::string why;
-  auto back = parse_run_config(c.to_text(), &why);
-  ASSERT_TRUE(back) << why;
+  auto back = parse_run_config(c.to_text());
+  ASSERT_TRUE(back) << back.why();
   EXPECT_EQ(*back, c);
   EXPECT_EQ(back->to_text(), c.to_text());
   EXPECT_EQ(back->run_name(), c.run_name());
@@ -72,9 +71,9 @@ TEST(RunConfig, RejectsNonCanonicalUnknownAndOutOfRange) {
            good + "extra 1\n",                                  // extra line
            std::string(kMaxConfigText + 1, 'a'),                // too long
        }) {
-    why.clear();
-    EXPECT_FALSE(parse_run_config(t, &why)) << t;
-    EXPECT_FALSE(why.empty());
+    const auto r = parse_run_config(t);
+    EXPECT_FALSE(r) << t;
+    EXPECT_FALSE(r.why().empty());
   }
 }
 

@@ -32,7 +32,7 @@ MemberStatus sample() {
 
 TEST(Status, RoundTripsAndRendersOneRowPerMember) {
   const std::vector<MemberStatus> v = {sample(), sample()};
-  const auto back = decode_status(encode_status(v), nullptr);
+  const auto back = decode_status(encode_status(v));
   ASSERT_TRUE(back);
   ASSERT_EQ(back->size(), 2u);
   EXPECT_EQ((*back)[0].node, "0123456789abcdef");

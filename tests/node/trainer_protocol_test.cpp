@@ -46,8 +46,9 @@ TEST(TrainerProtocol, MessagesRoundTrip) {
 TEST(TrainerProtocol, RejectsWhatItMustWithTheReason) {
   std::string why;
   const auto bad = [&](const std::vector<std::uint8_t>& b) {
-    why.clear();
-    return !decode_trainer_message(b, &why) && !why.empty();
+    const auto r = decode_trainer_message(b);
+    why = r.why();
+    return !r && !why.empty();
   };
   EXPECT_TRUE(bad(encode_go(true))) << "a node's message";
   EXPECT_TRUE(bad(packed([](auto& p) { p.pack_array(0); })));

@@ -1,0 +1,121 @@
+#include "gossip/catch_up.hpp"
+
+#include <algorithm>
+
+#include "gossip/guarded.hpp"
+#include "transport/crypto.hpp"
+
+namespace grove::gossip {
+
+CatchUp::CatchUp(dht::DhtNode& dht, std::string run_id, std::uint64_t min_round,
+                 std::set<NodeId> donors, CatchUpOptions opts, Time now)
+    : dht_(dht),
+      run_id_(std::move(run_id)),
+      min_round_(min_round),
+      donors_(std::move(donors)),
+      opts_(std::move(opts)),
+      started_(now) {
+  // A donor's offer cannot make us allocate more than a state of our size can take.
+  if (opts_.values)
+    opts_.sync.max_size = std::min<std::uint64_t>(opts_.sync.max_size, 3 * 4 * *opts_.values + 4096);
+  read_offers(now);
+}
+
+CatchUp::~CatchUp() {
+  *alive_ = false;
+}
+
+void CatchUp::read_offers(Time now) {
+  reading_ = true;
+  retry_at_ = Time::max();
+  dht_.get(state_key(run_id_), now, guarded(alive_, [this](dht::GetResult res) {
+             on_offers(std::move(res), dht_.now());
+           }));
+}
+
+void CatchUp::on_offers(dht::GetResult res, Time now) {
+  reading_ = false;
+  if (status_ != OpStatus::running || download_) return;
+  std::vector<std::pair<Digest, StateOffer>> found;
+  for (const auto& rec : res.records) {
+    if (rec.subkey != "state") continue;
+    auto o = decode_offer(rec.value);
+    if (!o || o->run_id != run_id_ || o->round < min_round_) continue;
+    o->donor = rec.owner_id();
+    if (o->donor == dht_.id() || o->address.empty()) continue;
+    if (!donors_.empty() && !donors_.contains(o->donor)) continue;
+    // Joiners spread over the donors of the newest round: order ties by a hash of both ids.
+    transport::Blake2b256 h;
+    h.update(dht_.id());
+    h.update(o->donor);
+    found.emplace_back(h.final(), std::move(*o));
+  }
+  if (found.empty()) {
+    if (now - started_ < opts_.offers_wait) {
+      retry_at_ = now + opts_.offers_retry;
+      return;
+    }
+    return fail("no state offers for run " + run_id_);
+  }
+  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) {
+    return a.second.round != b.second.round ? a.second.round > b.second.round : a.first < b.first;
+  });
+  std::vector<StateOffer> offers;
+  for (auto& [h, o] : found) offers.push_back(std::move(o));
+  download_ = std::make_unique<StateDownload>(run_id_, std::move(offers), opts_.sync, now);
+}
+
+std::vector<StateDownload::Request> CatchUp::take_requests() {
+  if (!download_) return {};
+  return download_->take_requests();
+}
+
+void CatchUp::on_response(std::uint64_t id, std::span<const std::uint8_t> body, Time now) {
+  if (!download_) return;
+  download_->on_response(id, body, now);
+  settle();
+}
+
+void CatchUp::on_failure(std::uint64_t id, Time now) {
+  if (!download_) return;
+  download_->on_failure(id, now);
+  settle();
+}
+
+void CatchUp::on_timer(Time now) {
+  if (status_ != OpStatus::running) return;
+  if (download_) {
+    download_->on_timer(now);
+    return settle();
+  }
+  if (!reading_ && now >= retry_at_) read_offers(now);
+}
+
+std::optional<Time> CatchUp::next_deadline() const {
+  if (status_ != OpStatus::running) return std::nullopt;
+  if (download_) return download_->next_deadline();
+  if (retry_at_ != Time::max()) return retry_at_;
+  return std::nullopt;
+}
+
+optim::ByteBuffer CatchUp::take_blob() {
+  return std::move(blob_);
+}
+
+void CatchUp::settle() {
+  if (!download_ || download_->status() == OpStatus::running) return;
+  if (download_->status() == OpStatus::failed) return fail(download_->failure());
+  blob_ = download_->take_blob();
+  offer_ = download_->offer();
+  download_.reset();
+  status_ = OpStatus::done;
+}
+
+void CatchUp::fail(std::string why) {
+  failure_ = std::move(why);
+  download_.reset();
+  retry_at_ = Time::max();
+  status_ = OpStatus::failed;
+}
+
+}  // namespace grove::gossip

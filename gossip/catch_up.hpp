@@ -1,0 +1,73 @@
+// CatchUp: one state sync — a joiner's, or that of a member whose slow weights fell out of step
+// with its group. It reads the donors' signed offers of the run's state (dht key state_key(run),
+// subkey "state"), again every quarter window while none of at least `min_round` is there (up to
+// `offers_wait`), orders them newest round first (joiners spread over the donors of one round by
+// a hash of both ids), and downloads the first through StateDownload (verified chunks, the next
+// donor when one fails). Sans-IO: the DHT is the engine's, the requests go out through the
+// driver, the time comes with every call.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+
+#include "dht/node.hpp"
+#include "gossip/state_sync.hpp"
+
+namespace grove::gossip {
+
+struct CatchUpOptions {
+  StateSyncOptions sync;  ///< max_size is lowered to what a state of `values` can take
+  Time offers_wait{20'000};
+  Time offers_retry{500};
+  /// φ's size when known (a state of another size is refused, larger offers never tried).
+  std::optional<std::size_t> values;
+};
+
+class CatchUp {
+ public:
+  /// Starts reading the offers of `run_id` for a state of at least `min_round`; from `donors`
+  /// only when given.
+  CatchUp(dht::DhtNode& dht, std::string run_id, std::uint64_t min_round,
+          std::set<NodeId> donors, CatchUpOptions opts, Time now);
+  ~CatchUp();
+  CatchUp(const CatchUp&) = delete;
+  CatchUp& operator=(const CatchUp&) = delete;
+
+  /// running until the download is done (take_blob) or failed (failure() says why).
+  OpStatus status() const { return status_; }
+  const std::string& failure() const { return failure_; }
+  optim::ByteBuffer take_blob();
+  /// The offer whose state was downloaded.
+  const StateOffer& offer() const { return offer_; }
+
+  std::vector<StateDownload::Request> take_requests();
+  void on_response(std::uint64_t id, std::span<const std::uint8_t> body, Time now);
+  void on_failure(std::uint64_t id, Time now);
+  void on_timer(Time now);
+  std::optional<Time> next_deadline() const;
+
+ private:
+  void read_offers(Time now);
+  void on_offers(dht::GetResult res, Time now);
+  void settle();
+  void fail(std::string why);
+
+  dht::DhtNode& dht_;
+  std::string run_id_;
+  std::uint64_t min_round_;
+  std::set<NodeId> donors_;  // empty: any donor
+  CatchUpOptions opts_;
+  Time started_;
+  Time retry_at_{Time::max()};
+  bool reading_ = false;
+  std::unique_ptr<StateDownload> download_;
+  OpStatus status_ = OpStatus::running;
+  std::string failure_;
+  StateOffer offer_;
+  optim::ByteBuffer blob_;
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+};
+
+}  // namespace grove::gossip
