@@ -92,7 +92,8 @@ void CatchUp::on_timer(Time now) {
 }
 
 std::optional<Time> CatchUp::next_deadline() const {
-  if (status_ != OpStatus::running) return std::nullopt;
+  // Ended in a DHT callback (no offers): due at once, so that the engine hears of it now.
+  if (status_ != OpStatus::running) return started_;
   if (download_) return download_->next_deadline();
   if (retry_at_ != Time::max()) return retry_at_;
   return std::nullopt;

@@ -46,6 +46,7 @@ class CatchUp {
   void on_response(std::uint64_t id, std::span<const std::uint8_t> body, Time now);
   void on_failure(std::uint64_t id, Time now);
   void on_timer(Time now);
+  /// Due at once when it has ended (the owner takes the outcome at its next timer).
   std::optional<Time> next_deadline() const;
 
  private:

@@ -72,6 +72,7 @@ void RoundEngine::start(optim::OuterState state, Time now) {
   state_ = std::move(state);
   has_state_ = true;
   phase_ = Phase::idle;
+  catch_up_.reset();  // (a join given up on: its requests and answers are dropped)
   after_state(now);
   poll_modes(now);
 }

@@ -216,8 +216,9 @@ void Controller::finish(Time now) {
 }
 
 void Controller::stop(Time now) {
-  if (stopping_ || phase_ == Phase::leaving || phase_ == Phase::done) return;
-  stopping_ = true;
+  if (stopping_) return;
+  stopping_ = true;  // (also while leaving: the driver asks once)
+  if (phase_ == Phase::leaving || phase_ == Phase::done) return;
   training_ = false;
   waiting_ = false;
   // No more waiting in later windows for partners: the round in flight ends at its next read.
@@ -228,6 +229,10 @@ void Controller::stop(Time now) {
     case Phase::idle:
       return exit(1, "stopped before it started");
     case Phase::joining:
+      if (resume_) {  // our checkpoint is a state: leave with it
+        push(Kind::start_checkpoint);
+        return start_training(Action::Source::checkpoint, now);
+      }
       return exit(1, "stopped before the swarm's state arrived");
     case Phase::running:
       if (in_round_) {

@@ -383,10 +383,9 @@ CorpusState Corpus::state() const {
   return {impl_->rng.s, impl_->context};
 }
 
-bool Corpus::restore(const CorpusState& s, std::string* why) {
-  auto fail = [&](const char* w) {
-    if (why) *why = w;
-    return false;
+transport::Result<void> Corpus::restore(const CorpusState& s) {
+  auto fail = [](const char* w) -> transport::Result<void> {
+    return {transport::errc::malformed, w};
   };
   if (s.rng == std::array<std::uint64_t, 4>{}) return fail("corpus state: all-zero generator");
   if (impl_->kind == DataKind::synthetic && s.context >= kContexts)
@@ -395,7 +394,7 @@ bool Corpus::restore(const CorpusState& s, std::string* why) {
     return fail("corpus state: a chain context for a files corpus");
   impl_->rng.s = s.rng;
   impl_->context = s.context;
-  return true;
+  return {};
 }
 
 std::string Corpus::describe() const {

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "node/config.hpp"
+#include "transport/error.hpp"
 
 namespace grove::node {
 
@@ -83,7 +84,7 @@ class Corpus {
 
   CorpusState state() const;
   /// Resumes the training stream at `s`; false (with `why`) when `s` does not fit this corpus.
-  bool restore(const CorpusState& s, std::string* why);
+  transport::Result<void> restore(const CorpusState& s);
   /// e.g. "synthetic order-2 Markov source, 64 symbols, floor 0.78 nats/byte".
   std::string describe() const;
 

@@ -57,7 +57,7 @@ class ExternalWorkload final : public Workload {
   double evaluate() override;
   double loss_floor() const override { return NAN; }
   std::vector<std::uint8_t> save() const override { return {}; }
-  bool load(std::span<const std::uint8_t>, std::string*) override { return true; }
+  transport::Result<void> load(std::span<const std::uint8_t>) override { return {}; }
 
   /// Tells an attached trainer that the node is leaving (its step() raises with `why`).
   void say_goodbye(const std::string& why);

@@ -355,10 +355,9 @@ class GptWorkload final : public Workload {
   }
 
   // Everything is checked before anything changes, so a refused blob leaves the state as it was.
-  bool load(std::span<const std::uint8_t> blob, std::string* why) override {
-    auto fail = [&](const std::string& w) {
-      if (why) *why = "gpt optimiser state: " + w;
-      return false;
+  transport::Result<void> load(std::span<const std::uint8_t> blob) override {
+    auto fail = [](const std::string& w) -> transport::Result<void> {
+      return {transport::errc::malformed, "gpt optimiser state: " + w};
     };
     if (blob.size() < kHeader + kHash) return fail("truncated header");
     if (std::memcmp(blob.data(), kMagic, 8) != 0) return fail("not a gpt optimiser state");
@@ -391,8 +390,7 @@ class GptWorkload final : public Workload {
     const auto state = CorpusState::decode(
         blob.subspan(v_at + num_params_ * sizeof(float), CorpusState::kEncodedSize));
     if (!state) return fail("bad corpus state");
-    std::string corpus_why;
-    if (!corpus_.restore(*state, &corpus_why)) return fail(corpus_why);
+    if (auto r = corpus_.restore(*state); !r) return fail(r.why());
 
     std::size_t at = moments_at;
     for (auto* moments : {&m_, &v_})
@@ -402,7 +400,7 @@ class GptWorkload final : public Workload {
         at += n;
       }
     adam_step_ = step;
-    return true;
+    return {};
   }
 
  private:

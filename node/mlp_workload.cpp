@@ -163,10 +163,9 @@ class MlpWorkload final : public Workload {
     std::memcpy(b.data() + 20 + 4 * m_.size(), v_.data(), 4 * v_.size());
     return b;
   }
-  bool load(std::span<const std::uint8_t> blob, std::string* why) override {
-    const auto bad = [&](const char* w) {
-      if (why) *why = w;
-      return false;
+  transport::Result<void> load(std::span<const std::uint8_t> blob) override {
+    const auto bad = [](const char* w) -> transport::Result<void> {
+      return {transport::errc::malformed, w};
     };
     if (blob.size() != 20 + 8 * theta_.size() || std::memcmp(blob.data(), "MLPS", 4) != 0)
       return bad("mlp state: wrong size or tag for this model");
@@ -183,7 +182,7 @@ class MlpWorkload final : public Workload {
     v_ = std::move(v);
     adam_step_ = step;
     drawn_ = drawn;
-    return true;
+    return {};
   }
 
  private:

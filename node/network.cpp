@@ -59,10 +59,14 @@ Network::Network(
     transport::serve_reach_checks(*host_);
     register_handlers(host_);
     transport::run_on(host_->executor(), [&] { host_->start(); });
+    start(o, swarm_key);
   } catch (...) {
-    shutdown();
+    shutdown();  // (the io thread is joined before this object goes)
     throw;
   }
+}
+
+void Network::start(const CliOptions& o, const std::optional<transport::SwarmKey>& swarm_key) {
   advertise_ = advertise_address(host_->address(), o.peers);
   auto candidates =
       o.advertise.empty() ? local_candidates(host_->address(), advertise_) : o.advertise;

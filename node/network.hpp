@@ -88,6 +88,8 @@ class Network {
  private:
   using Time = std::chrono::milliseconds;
   static Time now();
+  /// The rest of the constructor (after the host listens): LAN, reachability, UPnP.
+  void start(const CliOptions& o, const std::optional<transport::SwarmKey>& swarm_key);
   // host strand
   void pump();
   void arm();

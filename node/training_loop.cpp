@@ -99,7 +99,7 @@ class Loop {
   bool started_ = false, phase_pending_ = false;
   std::optional<int> exit_;
   SteadyClock::time_point training_since_{}, last_round_at_{};
-  std::atomic<bool> left_{false};
+  std::shared_ptr<std::atomic<bool>> left_ = std::make_shared<std::atomic<bool>>(false);
   bool left_seen_ = false;
 };
 
@@ -120,7 +120,7 @@ int Loop::run() {
       ctl_.stop(now_ms());
       continue;
     }
-    if (left_ && !left_seen_) {
+    if (*left_ && !left_seen_) {
       left_seen_ = true;
       ctl_.on_left(now_ms());
       continue;
@@ -160,8 +160,7 @@ void Loop::execute(const Action& a) {
         exit_ = 1;
         return;
       }
-      std::string why;
-      if (!s_.workload.load(r.workload, &why)) spdlog::warn("checkpoint: {}", why);
+      if (auto l = s_.workload.load(r.workload); !l) spdlog::warn("checkpoint: {}", l.why());
       t_.progress.step = r.step;
       t_.tokens = r.tokens;
       s_.round->start(std::move(r.outer));
@@ -215,10 +214,13 @@ void Loop::execute(const Action& a) {
       // Leaving: say so in the member record and remove it while the checkpoint is written.
       publish_status("leaving");
       s_.net.stop();
-      s_.net.dht()->post([this, members = s_.members](dht::DhtNode&, dht::Time now) {
-        members->leave(now, [this] {
-          left_ = true;
-          s_.reports.wake();
+      // The removal may be confirmed after this loop is gone (it waits leave_wait at most): the
+      // callback holds the flag and the node's report queue, which outlive the io thread.
+      s_.net.dht()->post([left = left_, reports = &s_.reports, members = s_.members](
+                             dht::DhtNode&, dht::Time now) {
+        members->leave(now, [left, reports] {
+          *left = true;
+          reports->wake();
         });
       });
       return;
@@ -234,8 +236,8 @@ void Loop::begin(Action::Source source) {
   started_ = true;
   if (source == Action::Source::swarm) {
     if (s_.resume && s_.resume->outer.phi.size() == P_) {
-      std::string why;
-      if (!s_.workload.load(s_.resume->workload, &why)) spdlog::warn("checkpoint: {}", why);
+      if (auto l = s_.workload.load(s_.resume->workload); !l)
+        spdlog::warn("checkpoint: {}", l.why());
       t_.progress.step = s_.resume->step;
       t_.tokens = s_.resume->tokens;
     }
@@ -293,7 +295,9 @@ void Loop::inner_phase() {
 }
 
 void Loop::on_report(gossip::RoundReport r) {
-  const bool counted = started_ && r.kind != gossip::RoundReport::Kind::sync_failed;
+  // (A round that ends after the node gave up on it and left is not the node's any more.)
+  const bool counted =
+      started_ && r.kind != gossip::RoundReport::Kind::sync_failed && !ctl_.leaving();
   // θ went to the round engine with the last submit; its buffer (pages mapped) comes back.
   if (r.spare.size() == P_) theta_ = std::move(r.spare);
   ctl_.on_report(r, now_ms());

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "node/config.hpp"
+#include "transport/error.hpp"
 
 namespace grove::node {
 
@@ -45,7 +46,7 @@ class Workload {
   virtual double loss_floor() const = 0;
   /// The inner optimiser's state and the data position (not θ); load() checks sizes and values.
   virtual std::vector<std::uint8_t> save() const = 0;
-  virtual bool load(std::span<const std::uint8_t> blob, std::string* why) = 0;
+  virtual transport::Result<void> load(std::span<const std::uint8_t> blob) = 0;
 };
 
 struct WorkloadSpec {

@@ -119,9 +119,8 @@ void Host::serve_relay() {
       return r.fail(errc::malformed, "malformed relay.connect");
     auto s = self->find_session(PeerRef::node(to));
     if (!s) return r.fail(errc::rejected, "that node is not connected here");
-    std::string why;
-    auto token = self->relay_->open(from.id, to, &why);
-    if (!token) return r.fail(errc::rejected, why);
+    auto token = self->relay_->open(from.id, to);
+    if (!token) return r.fail(errc::rejected, token.why());
     s->send_message(kRelayIncoming, pack_relay({from.id, *token}));
     r.reply(pack_relay({*token}));
   };

@@ -166,11 +166,10 @@ void RelayServer::drop(const NodeId& node) {
   reserved_.erase(node);
 }
 
-Result<RelayToken> RelayServer::open(const NodeId& from, const NodeId& to, std::string* why) {
+Result<RelayToken> RelayServer::open(const NodeId& from, const NodeId& to) {
   auto refuse = [&](const char* w) -> Result<RelayToken> {
     ++stats_.refused;
-    if (why) *why = w;
-    return errc::rejected;
+    return {errc::rejected, w};
   };
   if (closed_ || !opts_.serve) return refuse("this node does not relay");
   if (!reserved_.contains(to)) return refuse("no reservation for that node here");

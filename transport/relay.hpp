@@ -96,7 +96,7 @@ class RelayServer : public std::enable_shared_from_this<RelayServer> {
   void count_reversal() { ++stats_.reversals; }
   bool reserved(const NodeId& node) const { return reserved_.contains(node); }
   /// A token for a circuit from `from` to `to`, or why not.
-  Result<RelayToken> open(const NodeId& from, const NodeId& to, std::string* why);
+  Result<RelayToken> open(const NodeId& from, const NodeId& to);
   /// A socket that presented `token`: the first of a pair waits, the second starts the splice.
   void on_socket(tcp::socket s, const RelayToken& token);
   /// Closes every circuit and pending socket.

@@ -275,6 +275,33 @@ TEST(Controller, StopWhileJoiningExitsWithAnError) {
   EXPECT_EQ(a.back().code, 1);
 }
 
+TEST(Controller, AResumedNodeStoppedWhileJoiningLeavesWithItsCheckpoint) {
+  Controller c({});
+  c.begin(StartKind::resume, true, ms(0));
+  c.take_actions();
+  c.stop(ms(10));
+  const auto a = kinds(c);
+  ASSERT_GE(a.size(), 4u);
+  EXPECT_EQ(a[2], K::start_checkpoint);
+  EXPECT_EQ(a[a.size() - 2], K::leave);
+  c.on_left(ms(20));
+  const auto e = c.take_actions();
+  ASSERT_EQ(e.size(), 1u);
+  EXPECT_EQ(e[0].code, 0);
+}
+
+TEST(Controller, AStopWhileLeavingIsTakenOnce) {
+  Controller c({});
+  c.begin(StartKind::bootstrap, false, ms(0));
+  c.take_actions();
+  c.finish(ms(1));  // leaving (a step budget), then a signal
+  EXPECT_TRUE(c.leaving());
+  c.take_actions();
+  c.stop(ms(2));
+  EXPECT_TRUE(c.stopping());  // the driver does not ask again
+  EXPECT_TRUE(c.take_actions().empty());
+}
+
 TEST(Controller, FinishSubmitsTheLastPhaseThenLeaves) {
   for (const bool overlap : {false, true}) {
     ControllerOptions o;

@@ -149,16 +149,16 @@ TEST(Corpus, StateRestoresTheStream) {
   EXPECT_EQ(*back, s);
 
   Corpus b(synthetic(), {}, 1234);  // another node's stream, moved to a's position
-  std::string why;
-  ASSERT_TRUE(b.restore(*back, &why)) << why;
+  if (auto r = b.restore(*back); !r) FAIL() << r.why();
   EXPECT_EQ(draw(b, 5), next);
 
   EXPECT_FALSE(CorpusState::decode(std::span(enc).first(enc.size() - 1)));
   EXPECT_FALSE(CorpusState::decode(std::vector<std::uint8_t>(CorpusState::kEncodedSize, 0)));
   CorpusState bad = s;
   bad.context = 64 * 64;
-  EXPECT_FALSE(b.restore(bad, &why));
-  EXPECT_NE(why.find("context"), std::string::npos);
+  const auto refused = b.restore(bad);
+  EXPECT_FALSE(refused);
+  EXPECT_NE(refused.why().find("context"), std::string::npos);
   EXPECT_EQ(draw(b, 1), draw(a, 1));  // a refused state left the stream alone
 }
 
@@ -243,10 +243,9 @@ TEST(Corpus, FileWindowsComeOnlyFromTheTrainingPart) {
   EXPECT_NE(draw(other, 50), std::vector<std::uint8_t>(windows.begin(), windows.begin() + 1600));
   EXPECT_EQ(eval_copy(other), eval_copy(c));
 
-  std::string why;
   CorpusState s = c.state();
   s.context = 5;
-  EXPECT_FALSE(c.restore(s, &why));
+  EXPECT_FALSE(c.restore(s));
 }
 
 TEST(Corpus, BadFilesAreRefused) {

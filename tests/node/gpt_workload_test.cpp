@@ -161,9 +161,8 @@ TEST(GptWorkload, SaveLoadContinuesIdentically) {
 
   const auto b = make_gpt_workload(tiny(4));  // another node: other data position, fresh moments
   b->train_step(0);
-  std::string why;
   b->set_params(theta);
-  ASSERT_TRUE(b->load(blob, &why)) << why;
+  if (auto r = b->load(blob); !r) FAIL() << r.why();
   EXPECT_EQ(b->save(), blob);
   for (std::uint64_t s = 25; s < 28; ++s) EXPECT_EQ(a->train_step(s).loss, b->train_step(s).loss);
   EXPECT_TRUE(same_bits(params_of(*a), params_of(*b)));
@@ -177,23 +176,23 @@ TEST(GptWorkload, LoadRefusesDamagedOrForeignBlobsAndChangesNothing) {
   const auto b = make_gpt_workload(tiny());
   for (std::uint64_t s = 0; s < 3; ++s) b->train_step(s);
   const auto before = b->save();
-  std::string why;
 
   for (std::size_t len :
        {std::size_t{0}, std::size_t{7}, std::size_t{40}, blob.size() / 2, blob.size() - 1}) {
-    EXPECT_FALSE(b->load(std::span(blob).first(len), &why)) << len;
-    EXPECT_FALSE(why.empty());
+    const auto r = b->load(std::span(blob).first(len));
+    EXPECT_FALSE(r) << len;
+    EXPECT_FALSE(r.why().empty());
   }
   auto longer = blob;
   longer.push_back(0);
-  EXPECT_FALSE(b->load(longer, &why));
+  EXPECT_FALSE(b->load(longer));
 
   // Any changed byte fails the checksum (tried at the header, a size, the moments, the corpus).
   for (std::size_t at : {std::size_t{0}, std::size_t{9}, std::size_t{40}, blob.size() / 2,
                          blob.size() - 40, blob.size() - 1}) {
     auto bad = blob;
     bad[at] ^= 0x10;
-    EXPECT_FALSE(b->load(bad, &why)) << at;
+    EXPECT_FALSE(b->load(bad)) << at;
   }
 
   // With a valid checksum the values are still checked: a NaN moment, a negative second moment.
@@ -205,25 +204,27 @@ TEST(GptWorkload, LoadRefusesDamagedOrForeignBlobsAndChangesNothing) {
     std::memcpy(v.data() + v.size() - 32, h.data(), 32);
     return v;
   };
-  ASSERT_TRUE(b->load(rehash(blob), &why)) << why;  // the layout above is right
+  if (auto r = b->load(rehash(blob)); !r) FAIL() << r.why();  // the layout above is right
   auto with = [&](std::size_t value_index, float x) {
     auto v = blob;
     std::memcpy(v.data() + moments + 4 * value_index, &x, 4);
     return rehash(v);
   };
-  EXPECT_FALSE(b->load(with(3, std::numeric_limits<float>::quiet_NaN()), &why));
-  EXPECT_NE(why.find("non-finite"), std::string::npos) << why;
-  EXPECT_FALSE(b->load(with(a->num_params() + 3, -1.0f), &why));
-  EXPECT_NE(why.find("negative"), std::string::npos) << why;
+  const auto nan_moment = b->load(with(3, std::numeric_limits<float>::quiet_NaN()));
+  EXPECT_FALSE(nan_moment);
+  EXPECT_NE(nan_moment.why().find("non-finite"), std::string::npos) << nan_moment.why();
+  const auto negative = b->load(with(a->num_params() + 3, -1.0f));
+  EXPECT_FALSE(negative);
+  EXPECT_NE(negative.why().find("negative"), std::string::npos) << negative.why();
 
   // A blob of another model shape.
   WorkloadSpec other = tiny();
   other.config.seq_len = 32;
-  EXPECT_FALSE(b->load(make_gpt_workload(other)->save(), &why));
+  EXPECT_FALSE(b->load(make_gpt_workload(other)->save()));
 
   // Refusals changed nothing: b goes on from its own state. (b's last accepted load was a's
   // blob; restore its own to compare.)
-  ASSERT_TRUE(b->load(before, &why)) << why;
+  if (auto r = b->load(before); !r) FAIL() << r.why();
   EXPECT_EQ(b->save(), before);
 }
 

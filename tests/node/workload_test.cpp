@@ -90,8 +90,7 @@ TEST(MlpWorkload, SavedStateResumesExactly) {
   auto a = make(4);
   for (std::uint64_t s = 0; s < 20; ++s) a->train_step(s);
   auto b = make(4);
-  std::string why;
-  ASSERT_TRUE(b->load(a->save(), &why)) << why;
+  if (auto r = b->load(a->save()); !r) FAIL() << r.why();
   b->set_params(params(*a));
   EXPECT_EQ(a->train_step(20).loss, b->train_step(20).loss);
   EXPECT_EQ(params(*a), params(*b));
@@ -101,13 +100,13 @@ TEST(MlpWorkload, LoadRejectsDamagedState) {
   auto a = make(4);
   a->train_step(0);
   auto blob = a->save();
-  std::string why;
-  EXPECT_FALSE(a->load(std::span(blob).first(blob.size() - 1), &why));
+  EXPECT_FALSE(a->load(std::span(blob).first(blob.size() - 1)));
   auto bad = blob;
   const float nan = std::nanf("");
   std::memcpy(bad.data() + 20, &nan, 4);
-  EXPECT_FALSE(a->load(bad, &why));
-  EXPECT_NE(why.find("non-finite"), std::string::npos);
+  const auto r = a->load(bad);
+  EXPECT_FALSE(r);
+  EXPECT_NE(r.why().find("non-finite"), std::string::npos);
   EXPECT_THROW(a->set_params(std::vector<float>(3)), std::invalid_argument);
 }
 
