@@ -10,6 +10,17 @@
 
 namespace grove::gossip {
 
+transport::Result<void> check_group(const std::vector<NodeId>& group, const NodeId& self,
+                                    const char* what) {
+  if (std::find(group.begin(), group.end(), self) == group.end())
+    return {transport::errc::rejected, std::string(what) + " does not contain this node"};
+  auto sorted = group;
+  std::sort(sorted.begin(), sorted.end());
+  if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end())
+    return {transport::errc::rejected, std::string(what) + " lists a member twice"};
+  return {};
+}
+
 const char* to_string(OpStatus s) {
   switch (s) {
     case OpStatus::running:
@@ -38,21 +49,16 @@ std::uint64_t tag_of(const std::set<NodeId>& suspects) {
 }  // namespace
 
 transport::Result<std::unique_ptr<RingAllReduce>> RingAllReduce::create(
-    OpId op, NodeId self, std::vector<NodeId> ring, std::vector<float> input,
-    AllReduceOptions opts, Time now, optim::FloatBuffer out) {
+    OpId op, NodeId self, std::vector<NodeId> ring, std::vector<float> input, AllReduceOptions opts,
+    Time now, optim::FloatBuffer out) {
   using transport::errc;
-  if (std::find(ring.begin(), ring.end(), self) == ring.end())
-    return {errc::rejected, "the all-reduce ring does not contain this node"};
-  auto sorted = ring;
-  std::sort(sorted.begin(), sorted.end());
-  if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end())
-    return {errc::rejected, "the all-reduce ring lists a member twice"};
+  if (auto ok = check_group(ring, self, "the all-reduce ring"); !ok) return ok.failure();
   if (opts.chunk_values == 0 || opts.chunk_values % 256 != 0)
     return {errc::rejected, "all-reduce chunk_values must be a positive multiple of 256"};
   if (opts.codec == WireCodec::e3m0)
     return {errc::rejected, "the all-reduce sums partial results: E3M0 cannot carry them"};
-  return std::unique_ptr<RingAllReduce>(new RingAllReduce(
-      op, self, std::move(ring), std::move(input), opts, now, std::move(out)));
+  return std::unique_ptr<RingAllReduce>(
+      new RingAllReduce(op, self, std::move(ring), std::move(input), opts, now, std::move(out)));
 }
 
 RingAllReduce::RingAllReduce(OpId op, NodeId self, std::vector<NodeId> ring,

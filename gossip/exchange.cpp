@@ -19,12 +19,7 @@ transport::Result<std::unique_ptr<GroupExchange>> GroupExchange::create(
     OpId op, NodeId self, std::vector<NodeId> group, std::vector<std::vector<float>> tensors,
     ExchangeOptions opts, Time now) {
   using transport::errc;
-  if (std::find(group.begin(), group.end(), self) == group.end())
-    return {errc::rejected, "the exchange group does not contain this node"};
-  auto sorted = group;
-  std::sort(sorted.begin(), sorted.end());
-  if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end())
-    return {errc::rejected, "the exchange group lists a member twice"};
+  if (auto ok = check_group(group, self, "the exchange group"); !ok) return ok.failure();
   if (opts.chunk_values == 0 || opts.chunk_values % 256 != 0)
     return {errc::rejected, "exchange chunk_values must be a positive multiple of 256"};
   if (tensors.empty()) return {errc::rejected, "an exchange needs at least one tensor"};

@@ -10,6 +10,7 @@
 
 #include "dht/record.hpp"
 #include "gossip/wire.hpp"
+#include "transport/error.hpp"
 
 namespace grove::gossip {
 
@@ -37,5 +38,10 @@ class Protocol {
   /// True once the operation has its final outcome (done or failed); nothing more is sent.
   virtual bool finished() const = 0;
 };
+
+/// An operation's member list as its cores require it (it comes from peers' ready records):
+/// contains `self`, names nobody twice. The reason names the operation (`what`).
+transport::Result<void> check_group(const std::vector<NodeId>& group, const NodeId& self,
+                                    const char* what);
 
 }  // namespace grove::gossip

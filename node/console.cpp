@@ -104,13 +104,10 @@ void Console::summary(const Tally& t, const Outcome& o) {
               o.param_bytes / 1e6);
   if (o.handoff) {
     const auto& h = *o.handoff;
-    const auto per = [](double s, std::uint64_t n) {
-      return n ? 1e3 * s / static_cast<double>(n) : NAN;
-    };
     std::printf(
         "  trainer   %.1f MB of parameters; the node took them %llu time(s), %.1f ms each, gave "
         "them %llu time(s), %.1f ms each; a memcpy of the same bytes: %.1f ms\n",
-        h.bytes / 1e6, ull(h.gets), per(h.get_s, h.gets), ull(h.sets), per(h.set_s, h.sets),
+        h.bytes / 1e6, ull(h.gets), ms_each(h.get_s, h.gets), ull(h.sets), ms_each(h.set_s, h.sets),
         1e3 * h.memcpy_s);
   }
   using transport::Reachability;

@@ -39,6 +39,11 @@ struct Outcome {
   std::optional<ExternalWorkload::Handoff> handoff;
 };
 
+/// Milliseconds per operation: `seconds` over `n` of them (NaN when none).
+inline double ms_each(double seconds, std::uint64_t n) {
+  return n ? 1e3 * seconds / static_cast<double>(n) : NAN;
+}
+
 class Console {
  public:
   /// `progress`: the live and round lines (--no-progress: off).

@@ -20,13 +20,13 @@ constexpr const char* kRunsKey = "grove-runs";
 constexpr dht::Time kRunRecordTtl{23 * 3600 * 1000};
 constexpr auto kRunRecordRefresh = std::chrono::hours(6);  // well inside the TTL
 
+}  // namespace
+
 std::uint64_t seed_of(const transport::NodeId& id) {
   std::uint64_t s = 0;
   for (int i = 0; i < 8; ++i) s = (s << 8) | id[static_cast<std::size_t>(i)];
   return s;
 }
-
-}  // namespace
 
 Network::Time Network::now() {
   return std::chrono::duration_cast<Time>(std::chrono::steady_clock::now().time_since_epoch());

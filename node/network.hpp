@@ -36,6 +36,9 @@
 
 namespace grove::node {
 
+/// A node's seed for its own generators and sample stream: the first 8 bytes of its id.
+std::uint64_t seed_of(const transport::NodeId& id);
+
 class Network {
  public:
   /// Builds and starts the stack; `register_handlers` runs before the host starts listening (the

@@ -30,12 +30,6 @@ std::string random_nonce() {
   return b;
 }
 
-std::uint64_t seed_of(const transport::NodeId& id) {
-  std::uint64_t s = 0;
-  for (int i = 0; i < 8; ++i) s = (s << 8) | id[static_cast<std::size_t>(i)];
-  return s;
-}
-
 gossip::WireCodec wire_codec(Codec c) {
   switch (c) {
     case Codec::fp32:

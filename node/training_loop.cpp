@@ -76,6 +76,7 @@ class Loop {
   int run();
 
  private:
+  void run_actions();
   void execute(const Action& a);
   void begin(Action::Source source);
   void inner_phase();
@@ -110,11 +111,7 @@ int Loop::run() {
   if (!s_.join_command.empty()) s_.console.join_command(s_.join_command);
   ctl_.begin(s_.start, !s_.o.peers.empty(), now_ms());
   while (!exit_) {
-    for (auto acts = ctl_.take_actions(); !acts.empty() && !exit_; acts = ctl_.take_actions())
-      for (const auto& a : acts) {
-        execute(a);
-        if (exit_) break;
-      }
+    run_actions();
     if (exit_) break;
     if (s_.stopping && !ctl_.stopping()) {
       ctl_.stop(now_ms());
@@ -139,6 +136,15 @@ int Loop::run() {
       ctl_.on_timer(now_ms());
   }
   return finish();
+}
+
+// Until the controller has nothing more to do (an action may give it more), or the run ends.
+void Loop::run_actions() {
+  for (auto acts = ctl_.take_actions(); !acts.empty() && !exit_; acts = ctl_.take_actions())
+    for (const auto& a : acts) {
+      execute(a);
+      if (exit_) return;
+    }
 }
 
 void Loop::execute(const Action& a) {
@@ -280,8 +286,7 @@ void Loop::inner_phase() {
     if (ctl_.in_round())
       if (auto rep = s_.reports.try_pop()) {
         on_report(std::move(*rep));
-        for (auto acts = ctl_.take_actions(); !acts.empty(); acts = ctl_.take_actions())
-          for (const auto& a : acts) execute(a);
+        run_actions();
       }
     const double secs = std::chrono::duration<double>(SteadyClock::now() - t0).count();
     s_.console.live(t_, secs > 0 ? static_cast<double>(phase_tokens) / secs : 0,
@@ -304,11 +309,7 @@ void Loop::on_report(gossip::RoundReport r) {
   if (!counted) return;
   // The controller's actions (θ from the new φ, the checkpoint) run before the lines that tell
   // of the round.
-  for (auto acts = ctl_.take_actions(); !acts.empty() && !exit_; acts = ctl_.take_actions())
-    for (const auto& a : acts) {
-      execute(a);
-      if (exit_) break;
-    }
+  run_actions();
   tally(r);
 }
 
@@ -456,11 +457,8 @@ int Loop::finish() {
   s_.console.summary(t_, o);
   if (o.handoff) {
     const auto& h = *o.handoff;
-    const auto per = [](double s, std::uint64_t n) {
-      return n ? 1e3 * s / static_cast<double>(n) : NAN;
-    };
-    s_.metrics.write(t_.progress, event::Handoff{h.bytes, per(h.get_s, h.gets),
-                                                 per(h.set_s, h.sets), 1e3 * h.memcpy_s});
+    s_.metrics.write(t_.progress, event::Handoff{h.bytes, ms_each(h.get_s, h.gets),
+                                                 ms_each(h.set_s, h.sets), 1e3 * h.memcpy_s});
   }
   return *exit_;
 }
