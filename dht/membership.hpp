@@ -11,30 +11,32 @@
 #include <functional>
 #include <map>
 
-#include "dht/node.hpp"
+#include "dht/record_store.hpp"
 #include "transport/reach.hpp"
 
 namespace grove::dht {
+
+/// The most bytes of a member record's payload (what the layer above says about its member).
+inline constexpr std::size_t kMaxMemberPayload = 256;
 
 struct MemberInfo {
   NodeId id{};  ///< the record's owner (not encoded: the signature proves it)
   std::vector<std::string> addresses;
   std::string run_id;
-  std::uint64_t round = 0;  ///< outer round
-  std::uint64_t step = 0;   ///< inner step
-  std::string status;       ///< joining, training, ready, averaging, leaving, ...
-  double throughput = 0;    ///< samples per second
-  std::array<std::uint8_t, 32> weights_hash{};  ///< hash of the current slow weights
+  std::string status;  ///< joining, training, ready, averaging, leaving, ...
   /// Whether other nodes can open connections to this one (unreachable: it is reached over the
   /// connections it opens; its addresses are relays' or none).
   transport::Reachability reach = transport::Reachability::unchecked;
+  /// Opaque to the DHT, at most kMaxMemberPayload bytes: the training layer's own record of its
+  /// member (gossip/progress: round and weights hash).
+  std::vector<std::uint8_t> payload;
   Time expires{0};
   std::uint64_t seq = 0;
   friend bool operator==(const MemberInfo&, const MemberInfo&) = default;
 };
 
-/// Member record value: msgpack [addresses, run_id, round, step, status, throughput, hash,
-/// reach]; a record without reach (an older node) decodes as reach 0.
+/// The member record's value (schema in membership.cpp: addresses, run, status, reach, payload);
+/// decoding is bounded.
 std::vector<std::uint8_t> encode_member(const MemberInfo& m);
 transport::Result<MemberInfo> decode_member(std::span<const std::uint8_t> value);
 
@@ -68,7 +70,7 @@ class Membership {
   using Watch = std::function<void(MemberEvent, const MemberInfo&)>;
 
   /// `run_id` must be valid (ConfigError otherwise).
-  Membership(DhtNode& dht, std::string run_id, MembershipOptions opts);
+  Membership(RecordStore& store, std::string run_id, MembershipOptions opts);
 
   /// What we publish about ourselves (addresses, round, status, ...); sent at the next
   /// on_timer, which also happens right away when `now` is given.
@@ -104,7 +106,7 @@ class Membership {
   void merge(std::vector<Record> records, Time now);
   void emit(MemberEvent e, const MemberInfo& m);
 
-  DhtNode& dht_;
+  RecordStore& store_;
   std::string run_id_;
   Key key_;
   MembershipOptions opts_;

@@ -328,6 +328,20 @@ void DhtNode::put_signed(const Key& key, std::string subkey, std::uint64_t seq, 
       std::move(done));
 }
 
+void DhtNode::do_read(const Key& key, Time now, ReadDone done, GetOptions opts) {
+  get(
+      key, now, [done = std::move(done)](GetResult r) { done(std::move(r.records)); }, opts);
+}
+
+Record DhtNode::do_write(const Key& key, std::string subkey, std::uint64_t seq, Time expires,
+                         std::vector<std::uint8_t> value, Time now, WriteDone done) {
+  Record r = make_record(*identity_, key, std::move(subkey), seq, expires, std::move(value));
+  put({r}, now, [done = std::move(done)](PutResult p) {
+    if (done) done(p.acked > 0 || p.local);
+  });
+  return r;
+}
+
 void DhtNode::forget(const Key& key, const std::string& subkey) {
   own_.erase({key, {identity_->public_key(), subkey}});
 }

@@ -17,6 +17,7 @@
 #include <set>
 #include <unordered_map>
 
+#include "dht/record_store.hpp"
 #include "dht/routing_table.hpp"
 #include "dht/storage.hpp"
 #include "transport/identity.hpp"
@@ -91,17 +92,7 @@ struct PutResult {
   bool local = false;  ///< we are among the k closest and kept a copy
 };
 
-struct GetOptions {
-  /// Stop once this many nodes returned records and no closer unqueried node is left in the
-  /// top `quorum`; 0 = visit the k closest (every writer of a dictionary is seen).
-  std::size_t quorum = 0;
-  /// With a quorum: read from about `quorum` holders drawn at random among the k closest
-  /// instead of the nearest ones (a key every member reads often, like the members'
-  /// dictionary, then loads all its k holders alike). Costs contact-only requests to the others.
-  bool spread = false;
-};
-
-class DhtNode {
+class DhtNode final : public RecordStore {
  public:
   using NodesCallback = std::function<void(LookupResult)>;
   using GetCallback = std::function<void(GetResult)>;
@@ -143,10 +134,10 @@ class DhtNode {
   void forget(const Key& key, const std::string& subkey);
 
   // ---- introspection ----
-  const NodeId& id() const noexcept { return identity_->id(); }
+  const NodeId& id() const noexcept override { return identity_->id(); }
   const transport::Identity& identity() const noexcept { return *identity_; }
   /// The latest time any entry point was given.
-  Time now() const noexcept { return now_; }
+  Time now() const noexcept override { return now_; }
   const std::string& address() const noexcept { return address_; }
   void set_address(std::string a) { address_ = std::move(a); }
   const RoutingTable& table() const noexcept { return table_; }
@@ -162,6 +153,11 @@ class DhtNode {
   std::size_t active_lookups() const noexcept { return lookups_.size(); }
 
  private:
+  // RecordStore: get() and put_signed() under the layers' names.
+  void do_read(const Key& key, Time now, ReadDone done, GetOptions opts) override;
+  Record do_write(const Key& key, std::string subkey, std::uint64_t seq, Time expires,
+                  std::vector<std::uint8_t> value, Time now, WriteDone done) override;
+
   struct Rpc;
   struct Lookup;
   struct PutOp;

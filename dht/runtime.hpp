@@ -10,6 +10,7 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include "dht/membership.hpp"
+#include "dht/node.hpp"
 #include "transport/host.hpp"
 
 namespace grove::dht {

@@ -7,9 +7,9 @@
 
 namespace grove::gossip {
 
-CatchUp::CatchUp(dht::DhtNode& dht, std::string run_id, std::uint64_t min_round,
+CatchUp::CatchUp(dht::RecordStore& store, std::string run_id, std::uint64_t min_round,
                  std::set<NodeId> donors, CatchUpOptions opts, Time now)
-    : dht_(dht),
+    : store_(store),
       run_id_(std::move(run_id)),
       min_round_(min_round),
       donors_(std::move(donors)),
@@ -17,7 +17,8 @@ CatchUp::CatchUp(dht::DhtNode& dht, std::string run_id, std::uint64_t min_round,
       started_(now) {
   // A donor's offer cannot make us allocate more than a state of our size can take.
   if (opts_.values)
-    opts_.sync.max_size = std::min<std::uint64_t>(opts_.sync.max_size, 3 * 4 * *opts_.values + 4096);
+    opts_.sync.max_size =
+        std::min<std::uint64_t>(opts_.sync.max_size, 3 * 4 * *opts_.values + 4096);
   read_offers(now);
 }
 
@@ -28,25 +29,25 @@ CatchUp::~CatchUp() {
 void CatchUp::read_offers(Time now) {
   reading_ = true;
   retry_at_ = Time::max();
-  dht_.get(state_key(run_id_), now, guarded(alive_, [this](dht::GetResult res) {
-             on_offers(std::move(res), dht_.now());
-           }));
+  store_.read(state_key(run_id_), now, guarded(alive_, [this](std::vector<dht::Record> res) {
+                on_offers(std::move(res), store_.now());
+              }));
 }
 
-void CatchUp::on_offers(dht::GetResult res, Time now) {
+void CatchUp::on_offers(std::vector<dht::Record> records, Time now) {
   reading_ = false;
   if (status_ != OpStatus::running || download_) return;
   std::vector<std::pair<Digest, StateOffer>> found;
-  for (const auto& rec : res.records) {
+  for (const auto& rec : records) {
     if (rec.subkey != "state") continue;
     auto o = decode_offer(rec.value);
     if (!o || o->run_id != run_id_ || o->round < min_round_) continue;
     o->donor = rec.owner_id();
-    if (o->donor == dht_.id() || o->address.empty()) continue;
+    if (o->donor == store_.id() || o->address.empty()) continue;
     if (!donors_.empty() && !donors_.contains(o->donor)) continue;
     // Joiners spread over the donors of the newest round: order ties by a hash of both ids.
     transport::Blake2b256 h;
-    h.update(dht_.id());
+    h.update(store_.id());
     h.update(o->donor);
     found.emplace_back(h.final(), std::move(*o));
   }

@@ -12,7 +12,7 @@
 #include <set>
 #include <string>
 
-#include "dht/node.hpp"
+#include "dht/record_store.hpp"
 #include "gossip/state_sync.hpp"
 
 namespace grove::gossip {
@@ -29,7 +29,7 @@ class CatchUp {
  public:
   /// Starts reading the offers of `run_id` for a state of at least `min_round`; from `donors`
   /// only when given.
-  CatchUp(dht::DhtNode& dht, std::string run_id, std::uint64_t min_round,
+  CatchUp(dht::RecordStore& store, std::string run_id, std::uint64_t min_round,
           std::set<NodeId> donors, CatchUpOptions opts, Time now);
   ~CatchUp();
   CatchUp(const CatchUp&) = delete;
@@ -51,11 +51,11 @@ class CatchUp {
 
  private:
   void read_offers(Time now);
-  void on_offers(dht::GetResult res, Time now);
+  void on_offers(std::vector<dht::Record> records, Time now);
   void settle();
   void fail(std::string why);
 
-  dht::DhtNode& dht_;
+  dht::RecordStore& store_;
   std::string run_id_;
   std::uint64_t min_round_;
   std::set<NodeId> donors_;  // empty: any donor

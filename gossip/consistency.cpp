@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "gossip/progress.hpp"
 #include "transport/crypto.hpp"
 
 namespace grove::gossip {
@@ -19,20 +20,21 @@ void ConsistencyJudge::expect(std::uint64_t round, Digest ours, std::set<NodeId>
 
 void ConsistencyJudge::on_member(const dht::MemberInfo& m) {
   if (m.id == self_ || m.run_id != run_id_) return;
-  const auto it = expect_.find(m.round);
+  const Progress p = progress_of(m);
+  const auto it = expect_.find(p.round);
   if (it == expect_.end() || !it->second.group.contains(m.id)) return;
-  if (!checked_.insert({m.round, m.id}).second) return;
+  if (!checked_.insert({p.round, m.id}).second) return;
   while (checked_.size() > 4096) checked_.erase(checked_.begin());
-  it->second.seen[m.id] = m.weights_hash;
-  if (m.weights_hash != it->second.hash) {
+  it->second.seen[m.id] = p.weights_hash;
+  if (p.weights_hash != it->second.hash) {
     ++mismatches_;
     spdlog::error(
         "slow weights differ after DiLoCo round {}: member {} published {} but ours are {} "
         "({} mismatch(es) so far)",
-        m.round - 1, dht::short_hex(m.id), hex8(m.weights_hash), hex8(it->second.hash),
+        p.round - 1, dht::short_hex(m.id), hex8(p.weights_hash), hex8(it->second.hash),
         mismatches_);
   }
-  judge(m.round);
+  judge(p.round);
 }
 
 void ConsistencyJudge::judge(std::uint64_t round) {

@@ -13,67 +13,34 @@
 #include "transport/crypto.hpp"
 #include "transport/frame.hpp"
 #include "transport/msgpack_util.hpp"
+#include "transport/schema.hpp"
 
 namespace grove::gossip {
 
 using transport::errc;
 
+namespace {
+namespace sc = transport::schema;
+constexpr auto kReadySchema = sc::record<ReadyInfo>(
+    "ready record", 1,
+    sc::field("addresses", &ReadyInfo::addresses, sc::List<sc::Str>{8, sc::Str{256}}),
+    sc::field("run", &ReadyInfo::run_id, sc::Str{64, 1}),
+    sc::field("round", &ReadyInfo::round, sc::Uint{}),
+    sc::field("window", &ReadyInfo::window, sc::Uint{}),
+    sc::field("group", &ReadyInfo::group, sc::Bool{}),
+    sc::field("average_phi", &ReadyInfo::average_phi, sc::Bool{}),
+    sc::field("phi_hash", &ReadyInfo::phi_hash, sc::Bin{32}),
+    sc::field("wait_for", &ReadyInfo::wait_for, sc::Uint{}),
+    sc::field("behind", &ReadyInfo::behind, sc::Bool{}),
+    sc::field("fresh", &ReadyInfo::fresh, sc::Bool{}));
+}  // namespace
+
 std::vector<std::uint8_t> encode_ready(const ReadyInfo& r) {
-  msgpack::sbuffer sb;
-  msgpack::packer<msgpack::sbuffer> pk(sb);
-  pk.pack_array(9);
-  pk.pack(r.addresses);
-  pk.pack(r.run_id);
-  pk.pack(r.round);
-  pk.pack(r.window);
-  pk.pack(r.group);
-  pk.pack(r.average_phi);
-  pk.pack_bin(static_cast<std::uint32_t>(r.phi_hash.size()));
-  pk.pack_bin_body(reinterpret_cast<const char*>(r.phi_hash.data()),
-                   static_cast<std::uint32_t>(r.phi_hash.size()));
-  pk.pack(r.wait_for);
-  pk.pack(static_cast<std::uint32_t>((r.behind ? 1u : 0u) | (r.fresh ? 2u : 0u)));
-  return transport::mp::bytes_of(sb);
+  return sc::encode(kReadySchema, r);
 }
 
 transport::Result<ReadyInfo> decode_ready(std::span<const std::uint8_t> value) {
-  auto oh = transport::unpack_bounded(
-      value, {.array = 9, .map = 0, .str = 256, .bin = 32, .ext = 0, .depth = 2});
-  if (!oh) return oh.error();
-  const auto& o = oh->get();
-  if (o.type != msgpack::type::ARRAY || o.via.array.size < 6 || o.via.array.size > 9)
-    return errc::malformed;
-  const auto* a = o.via.array.ptr;
-  using namespace transport::mp;
-  ReadyInfo r;
-  std::size_t n = 0;
-  const Obj* addrs = get_array(a[0], 8, n);
-  if (!addrs) return errc::malformed;
-  r.addresses.resize(n);
-  for (std::size_t i = 0; i < n; ++i)
-    if (!get_str(addrs[i], 256, r.addresses[i])) return errc::malformed;
-  if (!get_str(a[1], 256, r.run_id) || !get_u64(a[2], r.round) || !get_u64(a[3], r.window) ||
-      a[4].type != msgpack::type::BOOLEAN || a[5].type != msgpack::type::BOOLEAN)
-    return errc::malformed;
-  r.group = a[4].via.boolean;
-  r.average_phi = a[5].via.boolean;
-  if (o.via.array.size >= 7) {
-    if (a[6].type != msgpack::type::BIN || a[6].via.bin.size != r.phi_hash.size())
-      return errc::malformed;
-    std::memcpy(r.phi_hash.data(), a[6].via.bin.ptr, r.phi_hash.size());
-  }
-  if (o.via.array.size >= 8) {
-    std::uint64_t w = 0;
-    if (!get_u64(a[7], w) || w > std::numeric_limits<std::uint32_t>::max()) return errc::malformed;
-    r.wait_for = static_cast<std::uint32_t>(w);
-  }
-  if (o.via.array.size == 9) {
-    std::uint64_t f = 0;
-    if (!get_u64(a[8], f) || f > 3) return errc::malformed;
-    r.behind = f & 1;
-    r.fresh = f & 2;
-  }
-  return r;
+  return sc::decode(kReadySchema, value);
 }
 
 dht::Key ready_key(const std::string& run_id, std::uint64_t window, std::uint64_t bucket,
@@ -181,8 +148,8 @@ OpId group_op(const std::string& run_id, std::uint64_t window, std::vector<NodeI
   return op;
 }
 
-Matchmaker::Matchmaker(dht::DhtNode& dht, std::string run_id, MatchOptions opts)
-    : dht_(dht), run_id_(std::move(run_id)), opts_(opts) {
+Matchmaker::Matchmaker(dht::RecordStore& store, std::string run_id, MatchOptions opts)
+    : store_(store), run_id_(std::move(run_id)), opts_(opts) {
   if (!dht::valid_run_id(run_id_)) throw transport::ConfigError("invalid run id: " + run_id_);
   if (opts_.window <= Time(0)) throw transport::ConfigError("matchmaking window must be > 0");
 }
@@ -226,7 +193,7 @@ void Matchmaker::publish(Time now) {
   give_up_at_ = read_at_ + opts_.read_timeout;
   state_ = State::waiting;
   buckets_ = bucket_count(swarm_size_, opts_);
-  bucket_ = bucket_of(run_id_, window_, dht_.id(), buckets_);
+  bucket_ = bucket_of(run_id_, window_, store_.id(), buckets_);
   ReadyInfo info;
   info.addresses = addresses_;
   info.run_id = run_id_;
@@ -239,22 +206,22 @@ void Matchmaker::publish(Time now) {
   info.behind = behind_;
   info.fresh = fresh_;
   // seq = window: a later window's record replaces an earlier one in our slot.
-  dht_.put_signed(ready_key(run_id_, window_, bucket_, buckets_), "ready", window_,
-                  close + 4 * opts_.window, encode_ready(info), now);
+  store_.write(ready_key(run_id_, window_, bucket_, buckets_), "ready", window_,
+               close + 4 * opts_.window, encode_ready(info), now);
 }
 
 void Matchmaker::on_timer(Time now) {
   if (state_ == State::waiting && now >= read_at_) {
     state_ = State::reading;
     const std::uint64_t attempt = attempt_;
-    dht_.get(ready_key(run_id_, window_, bucket_, buckets_), now,
-             [this, attempt](dht::GetResult r) { on_read(attempt, std::move(r)); });
+    store_.read(ready_key(run_id_, window_, bucket_, buckets_), now,
+                [this, attempt](std::vector<dht::Record> r) { on_read(attempt, std::move(r)); });
     return;
   }
   if (state_ == State::reading && now >= give_up_at_) {
     MatchResult r;
     r.window = window_;
-    r.group = {dht_.id()};
+    r.group = {store_.id()};
     r.buckets = buckets_;
     r.note = "the read of the ready records timed out";
     finish(std::move(r));
@@ -267,7 +234,7 @@ std::optional<Time> Matchmaker::next_deadline() const {
   return std::nullopt;
 }
 
-void Matchmaker::on_read(std::uint64_t attempt, dht::GetResult res) {
+void Matchmaker::on_read(std::uint64_t attempt, std::vector<dht::Record> records) {
   if (attempt != attempt_ || state_ != State::reading) return;
   MatchResult r;
   r.window = window_;
@@ -282,7 +249,7 @@ void Matchmaker::on_read(std::uint64_t attempt, dht::GetResult res) {
   std::vector<Seen> seen;
   std::map<std::uint64_t, std::size_t> rounds;
   std::uint64_t highest = 0;
-  for (const auto& rec : res.records) {
+  for (const auto& rec : records) {
     if (seen.size() >= opts_.max_ready) break;
     if (rec.subkey != "ready") continue;
     auto info = decode_ready(rec.value);
@@ -290,7 +257,7 @@ void Matchmaker::on_read(std::uint64_t attempt, dht::GetResult res) {
         info->group != opts_.same_round)
       continue;
     const NodeId id = rec.owner_id();
-    if (id != dht_.id() && live_ && !live_(id)) continue;  // stale or departed member
+    if (id != store_.id() && live_ && !live_(id)) continue;  // stale or departed member
     // A record stored under a bucket its owner does not land in (a member writing to several
     // buckets to be grouped several times) is left out.
     if (buckets_ > 1 && bucket_of(run_id_, window_, id, buckets_) != bucket_) continue;
@@ -309,9 +276,9 @@ void Matchmaker::on_read(std::uint64_t attempt, dht::GetResult res) {
   std::vector<NodeId> ids;
   for (const auto& e : seen)
     if (!opts_.same_round || r.average_phi || e.round == r.swarm_round) ids.push_back(e.id);
-  r.group = {dht_.id()};
+  r.group = {store_.id()};
   const bool found =
-      std::any_of(seen.begin(), seen.end(), [&](const Seen& e) { return e.id == dht_.id(); });
+      std::any_of(seen.begin(), seen.end(), [&](const Seen& e) { return e.id == store_.id(); });
   if (!found) {
     r.note = "our own ready record was not found";
   } else if (opts_.same_round && !r.average_phi && round_ != r.swarm_round) {
@@ -320,7 +287,7 @@ void Matchmaker::on_read(std::uint64_t attempt, dht::GetResult res) {
              std::to_string(r.swarm_round);
   } else {
     for (auto& g : make_groups(run_id_, window_, ids, opts_.group_size))
-      if (std::find(g.begin(), g.end(), dht_.id()) != g.end()) r.group = g;
+      if (std::find(g.begin(), g.end(), store_.id()) != g.end()) r.group = g;
     if (opts_.same_round) {
       r.all_fresh = r.group.size() > 1;
       for (const auto& e : seen)
@@ -344,7 +311,7 @@ void Matchmaker::on_read(std::uint64_t attempt, dht::GetResult res) {
       }
     }
     if (r.group.size() == 1) {
-      const Time now = dht_.now();
+      const Time now = store_.now();
       if (now + opts_.window - first_ready_ <= opts_.patience) return publish(now);  // next window
       r.note = "nobody else was ready in this window";
     }

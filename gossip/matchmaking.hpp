@@ -19,7 +19,7 @@
 // finds no partner and times out to local-only. In a large swarm the window's records are spread
 // over buckets (MatchOptions::bucket_members): each member writes, reads and is grouped within
 // its bucket of the window, so that a read costs a bucket's records, not the swarm's. Sans-IO like
-// Membership: it drives a DhtNode with the times it is given.
+// Membership: it drives a record store (dht/record_store.hpp) with the times it is given.
 #pragma once
 
 #include <array>
@@ -29,7 +29,7 @@
 #include <string>
 #include <vector>
 
-#include "dht/node.hpp"
+#include "dht/record_store.hpp"
 #include "gossip/protocol.hpp"
 
 namespace grove::gossip {
@@ -91,13 +91,12 @@ struct ReadyInfo {
   bool fresh = false;
   friend bool operator==(const ReadyInfo&, const ReadyInfo&) = default;
 };
-/// Ready record value: msgpack [addresses, run_id, round, window, group, average_phi, phi_hash
-/// (bin 32), wait_for, flags (1 behind, 2 fresh)]; records without the last elements (older
-/// nodes) decode with a zero hash, wait_for 0 and no flags. Decoding is bounded.
+/// The ready record's value (schema in matchmaking.cpp: the fields above in order); decoding is
+/// bounded.
 std::vector<std::uint8_t> encode_ready(const ReadyInfo& r);
 transport::Result<ReadyInfo> decode_ready(std::span<const std::uint8_t> value);
-/// The key of a window's ready records in bucket `bucket` of `buckets` (one bucket: the key
-/// older nodes use, "grove/run/<run>/ready/<window>").
+/// The key of a window's ready records in bucket `bucket` of `buckets` (one bucket:
+/// "grove/run/<run>/ready/<window>").
 dht::Key ready_key(const std::string& run_id, std::uint64_t window, std::uint64_t bucket = 0,
                    std::uint64_t buckets = 1);
 /// The number of buckets for a swarm of `swarm_size` members (see MatchOptions::bucket_members).
@@ -138,7 +137,7 @@ struct MatchResult {
 class Matchmaker {
  public:
   /// `run_id` must be valid (dht::valid_run_id; ConfigError otherwise).
-  Matchmaker(dht::DhtNode& dht, std::string run_id, MatchOptions opts);
+  Matchmaker(dht::RecordStore& store, std::string run_id, MatchOptions opts);
 
   /// Only members for which this returns true are paired (the round engine passes over members
   /// seen leaving; a fresh ready record is itself evidence of life).
@@ -163,10 +162,10 @@ class Matchmaker {
  private:
   enum class State { idle, waiting, reading };
   void finish(MatchResult r);
-  void on_read(std::uint64_t attempt, dht::GetResult res);
+  void on_read(std::uint64_t attempt, std::vector<dht::Record> records);
   void publish(Time now);
 
-  dht::DhtNode& dht_;
+  dht::RecordStore& store_;
   std::string run_id_;
   MatchOptions opts_;
   std::function<bool(const NodeId&)> live_;

@@ -1,10 +1,7 @@
 #include "gossip/mode.hpp"
 
-#include <msgpack.hpp>
-
 #include "dht/key.hpp"
-#include "transport/frame.hpp"
-#include "transport/msgpack_util.hpp"
+#include "transport/schema.hpp"
 
 namespace grove::gossip {
 
@@ -20,30 +17,20 @@ std::optional<OuterMode> parse_mode(std::string_view s) {
   return std::nullopt;
 }
 
+namespace {
+namespace sc = transport::schema;
+constexpr auto kModeSchema = sc::record<ModeRequest>(
+    "mode record", 1, sc::field("run", &ModeRequest::run_id, sc::Str{64, 1}),
+    sc::field("mode", &ModeRequest::mode, sc::Uint{static_cast<std::uint64_t>(OuterMode::diloco)}),
+    sc::field("from_round", &ModeRequest::from_round, sc::Uint{}));
+}  // namespace
+
 std::vector<std::uint8_t> encode_mode(const ModeRequest& r) {
-  msgpack::sbuffer sb;
-  msgpack::packer<msgpack::sbuffer> pk(sb);
-  pk.pack_array(3);
-  pk.pack(r.run_id);
-  pk.pack(static_cast<std::uint8_t>(r.mode));
-  pk.pack(r.from_round);
-  return transport::mp::bytes_of(sb);
+  return sc::encode(kModeSchema, r);
 }
 
 transport::Result<ModeRequest> decode_mode(std::span<const std::uint8_t> value) {
-  auto oh = transport::unpack_bounded(
-      value, {.array = 3, .map = 0, .str = 64, .bin = 0, .ext = 0, .depth = 1});
-  if (!oh) return oh.error();
-  const auto& o = oh->get();
-  if (o.type != msgpack::type::ARRAY || o.via.array.size != 3) return errc::malformed;
-  const auto* a = o.via.array.ptr;
-  ModeRequest r;
-  std::uint64_t mode = 0;
-  if (!transport::mp::get_str(a[0], 64, r.run_id) || !transport::mp::get_u64(a[1], mode) ||
-      mode > 1 || !transport::mp::get_u64(a[2], r.from_round))
-    return errc::malformed;
-  r.mode = static_cast<OuterMode>(mode);
-  return r;
+  return sc::decode(kModeSchema, value);
 }
 
 std::string mode_subkey(std::uint64_t from_round) {

@@ -31,7 +31,7 @@ struct ModeRequest {
   std::uint64_t from_round = 0;
   friend bool operator==(const ModeRequest&, const ModeRequest&) = default;
 };
-/// Value: msgpack [run_id, mode, from_round]; decoding is bounded.
+/// The record value (schema in mode.cpp: run, mode, from_round); decoding is bounded.
 std::vector<std::uint8_t> encode_mode(const ModeRequest& r);
 transport::Result<ModeRequest> decode_mode(std::span<const std::uint8_t> value);
 dht::Key mode_key(const std::string& run_id);

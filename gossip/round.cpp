@@ -8,6 +8,7 @@
 
 #include "dht/key.hpp"
 #include "gossip/guarded.hpp"
+#include "gossip/progress.hpp"
 #include "transport/crypto.hpp"
 
 namespace grove::gossip {
@@ -26,24 +27,24 @@ const char* to_string(RoundReport::Kind k) {
   return "?";
 }
 
-RoundEngine::RoundEngine(dht::DhtNode& dht, dht::Membership& members, std::string run_id,
+RoundEngine::RoundEngine(dht::RecordStore& store, dht::Membership& members, std::string run_id,
                          std::vector<std::string> addresses, RoundOptions opts,
                          std::shared_ptr<StateServer> server)
-    : dht_(dht),
+    : store_(store),
       members_(members),
       run_id_(std::move(run_id)),
       addresses_(std::move(addresses)),
       opts_(std::move(opts)),
       server_(std::move(server)),
-      judge_(dht.id(), run_id_) {
+      judge_(store.id(), run_id_) {
   if (!dht::valid_run_id(run_id_)) throw transport::ConfigError("invalid run id: " + run_id_);
   MatchOptions pair = opts_.match, group = opts_.match;
   pair.group_size = 2;
   pair.same_round = false;
   group.group_size = opts_.diloco_group;
   group.same_round = true;
-  pairs_ = std::make_unique<Matchmaker>(dht_, run_id_, pair);
-  groups_ = std::make_unique<Matchmaker>(dht_, run_id_, group);
+  pairs_ = std::make_unique<Matchmaker>(store_, run_id_, pair);
+  groups_ = std::make_unique<Matchmaker>(store_, run_id_, group);
   // A ready record for the window is itself fresh evidence that its owner lives; only members
   // seen leaving (or expiring) are passed over. Filtering on the view instead would make a member
   // that has not seen a new joiner's record yet compute other groups than the joiner does.
@@ -142,17 +143,18 @@ void RoundEngine::declare_ready(Time now) {
   }
   if (!diloco) mm.set_swarm_size(members_.live(now).size());  // sets the number of buckets
   mm.ready(state_.round, addresses_, now,
-           guarded(alive_, [this](MatchResult m) { on_match(std::move(m), dht_.now()); }),
+           guarded(alive_, [this](MatchResult m) { on_match(std::move(m), store_.now()); }),
            entering_diloco_, phi_hash_, wait_for, behind, fresh);
 }
 
 RoundEngine::Others RoundEngine::others(Time now) const {
   Others o;
   for (const auto& mem : members_.live(now)) {
-    if (mem.id == dht_.id() || departed_.contains(mem.id)) continue;
+    if (mem.id == store_.id() || departed_.contains(mem.id)) continue;
     ++o.live;
-    o.ahead |= mem.round > state_.round;
-    o.at_round += mem.round == state_.round;
+    const std::uint64_t round = progress_of(mem).round;
+    o.ahead |= round > state_.round;
+    o.at_round += round == state_.round;
   }
   return o;
 }
@@ -205,7 +207,7 @@ void RoundEngine::on_match(MatchResult m, Time now) {
   if (diloco && !m.average_phi && (m.wait_for > m.group.size() || m.all_fresh))
     return declare_ready(now);
   const OpId op = group_op(run_id_, m.window, m.group);
-  const NodeId self = dht_.id();
+  const NodeId self = store_.id();
   StartOp start;
   start.op = op;
   for (const auto& id : m.group)
@@ -322,7 +324,7 @@ void RoundEngine::on_op_finished(std::unique_ptr<Protocol> p, Time now) {
         "all-reduce of round " + std::to_string(state_.round) + " failed: " + ar->failure(), now);
   }
   for (const auto& id : ar->members())
-    if (id != dht_.id()) r.averaged_with.push_back(id);
+    if (id != store_.id()) r.averaged_with.push_back(id);
   if (average_phi_) {
     state_.round = std::max(state_.round, group_round_);
     r.round = state_.round;
@@ -376,8 +378,7 @@ void RoundEngine::on_step_done(std::uint64_t seq, Time now) {
 
 void RoundEngine::publish_self(const char* status) {
   auto self = members_.self();
-  self.round = state_.round;
-  self.weights_hash = phi_hash_;
+  self.payload = encode_progress({state_.round, phi_hash_});
   self.status = status;
   if (self.addresses.empty()) self.addresses = addresses_;
   members_.set_self(self);
@@ -416,8 +417,8 @@ void RoundEngine::on_snapshot(std::uint64_t seq, std::shared_ptr<const StateSnap
   o.root = snap->root();
   offer_seq_ =
       std::max(offer_seq_ + 1, static_cast<std::uint64_t>(std::max<std::int64_t>(now.count(), 0)));
-  dht_.put_signed(state_key(run_id_), "state", offer_seq_, now + opts_.offer_ttl, encode_offer(o),
-                  now);
+  store_.write(state_key(run_id_), "state", offer_seq_, now + opts_.offer_ttl, encode_offer(o),
+               now);
 }
 
 void RoundEngine::set_group_wait(Time t) {
@@ -446,21 +447,21 @@ OuterMode RoundEngine::mode_of(std::uint64_t round) const {
 void RoundEngine::poll_modes(Time now) {
   if (mode_polling_) return;
   mode_polling_ = true;
-  dht_.get(mode_key(run_id_), now, guarded(alive_, [this](dht::GetResult res) {
-             mode_polling_ = false;
-             next_mode_poll_ = dht_.now() + opts_.mode_poll;
-             // Union with what we knew: one get may miss a record that another saw.
-             for (auto& m : mode_requests(run_id_, res.records)) {
-               const bool known = std::any_of(modes_.begin(), modes_.end(), [&](const auto& k) {
-                 return k.requester == m.requester && k.from_round == m.from_round;
-               });
-               if (!known && modes_.size() < 1024) {
-                 spdlog::info("run {}: {} from round {} (requested by {})", run_id_,
-                              to_string(m.mode), m.from_round, dht::short_hex(m.requester));
-                 modes_.push_back(std::move(m));
-               }
-             }
-           }));
+  store_.read(mode_key(run_id_), now, guarded(alive_, [this](std::vector<dht::Record> records) {
+                mode_polling_ = false;
+                next_mode_poll_ = store_.now() + opts_.mode_poll;
+                // Union with what we knew: one get may miss a record that another saw.
+                for (auto& m : mode_requests(run_id_, records)) {
+                  const bool known = std::any_of(modes_.begin(), modes_.end(), [&](const auto& k) {
+                    return k.requester == m.requester && k.from_round == m.from_round;
+                  });
+                  if (!known && modes_.size() < 1024) {
+                    spdlog::info("run {}: {} from round {} (requested by {})", run_id_,
+                                 to_string(m.mode), m.from_round, dht::short_hex(m.requester));
+                    modes_.push_back(std::move(m));
+                  }
+                }
+              }));
 }
 
 void RoundEngine::request_mode(OuterMode mode, std::optional<std::uint64_t> from_round, Time now,
@@ -468,24 +469,23 @@ void RoundEngine::request_mode(OuterMode mode, std::optional<std::uint64_t> from
   // From the highest round any live member has reached (a node that just joined may still be
   // behind), plus the lead that lets every member see the record before that round.
   std::uint64_t highest = state_.round + (phase_ == Phase::stepping && !syncing() ? 1 : 0);
-  for (const auto& m : members_.live(now)) highest = std::max(highest, m.round);
+  for (const auto& m : members_.live(now)) highest = std::max(highest, progress_of(m).round);
   const std::uint64_t first = highest + opts_.mode_lead;
   const std::uint64_t r = from_round.value_or(first);
   if (r < first) {
     if (done) done(transport::make_error_code(errc::rejected));
     return;
   }
-  ModeRequest req{dht_.id(), run_id_, mode, r};
+  ModeRequest req{store_.id(), run_id_, mode, r};
   modes_.push_back(req);
-  dht_.put_signed(mode_key(run_id_), mode_subkey(r), 1, now + Time(std::chrono::hours(23)),
-                  encode_mode(req), now,
-                  guarded(alive_, [r, done = std::move(done)](dht::PutResult pr) {
-                    if (!done) return;
-                    if (pr.acked == 0 && !pr.local)
-                      done(transport::make_error_code(errc::unreachable));
-                    else
-                      done(r);
-                  }));
+  store_.write(mode_key(run_id_), mode_subkey(r), 1, now + Time(std::chrono::hours(23)),
+               encode_mode(req), now, guarded(alive_, [r, done = std::move(done)](bool stored) {
+                 if (!done) return;
+                 if (!stored)
+                   done(transport::make_error_code(errc::unreachable));
+                 else
+                   done(r);
+               }));
 }
 
 // ---- state sync --------------------------------------------------------------------------------
@@ -505,7 +505,7 @@ void RoundEngine::begin_sync(std::uint64_t min_round, bool joining, std::string 
   o.offers_retry = std::clamp(opts_.match.window / 4, Time(100), Time(2000));
   o.values = has_state_ ? std::optional(state_.phi.size()) : expect_values_;
   catch_up_.reset();
-  catch_up_ = std::make_unique<CatchUp>(dht_, run_id_, min_round, std::move(donors), o, now);
+  catch_up_ = std::make_unique<CatchUp>(store_, run_id_, min_round, std::move(donors), o, now);
 }
 
 std::vector<StateDownload::Request> RoundEngine::take_state_requests() {

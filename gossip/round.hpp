@@ -110,7 +110,7 @@ class RoundEngine {
 
   /// `addresses` are ours (ready records, offers). `server` receives our snapshots (may be
   /// shared with the transport's request handler). Throws ConfigError for a bad run id.
-  RoundEngine(dht::DhtNode& dht, dht::Membership& members, std::string run_id,
+  RoundEngine(dht::RecordStore& store, dht::Membership& members, std::string run_id,
               std::vector<std::string> addresses, RoundOptions opts,
               std::shared_ptr<StateServer> server);
   ~RoundEngine();
@@ -211,7 +211,7 @@ class RoundEngine {
   /// Times our slow weights were found to be the odd ones out and replaced from the group's.
   std::uint64_t repairs() const { return repairs_; }
   std::uint64_t syncs() const { return syncs_; }
-  const NodeId& id() const { return dht_.id(); }
+  const NodeId& id() const { return store_.id(); }
 
  private:
   enum class Phase { none, idle, matching, running, stepping, syncing };
@@ -252,7 +252,7 @@ class RoundEngine {
   std::vector<float> delta() const;
   optim::FloatBuffer spare_;  // the last all-reduce's result buffer, for the next one
 
-  dht::DhtNode& dht_;
+  dht::RecordStore& store_;
   dht::Membership& members_;
   std::string run_id_;
   std::vector<std::string> addresses_;

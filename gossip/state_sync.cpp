@@ -8,63 +8,46 @@
 
 #include "transport/crypto.hpp"
 #include "transport/frame.hpp"
-#include "transport/msgpack_util.hpp"
+#include "transport/schema.hpp"
 
 namespace grove::gossip {
 
 using transport::errc;
 
 namespace {
-constexpr std::uint8_t kVersion = 1;
-
-using transport::mp::bytes_of;
-using transport::mp::get_fixed;
-using transport::mp::get_str;
-using transport::mp::get_u64;
-using transport::mp::pack_bin;
+namespace sc = transport::schema;
+constexpr auto manifest_schema(std::size_t max_chunks) {
+  return sc::record<StateManifest>(
+      "state manifest", 1, sc::field("run", &StateManifest::run_id, sc::Str{64, 1}),
+      sc::field("round", &StateManifest::round, sc::Uint{}),
+      sc::field("size", &StateManifest::size, sc::Uint{}),
+      sc::field("chunk_bytes", &StateManifest::chunk_bytes, sc::Uint{}),
+      sc::field("chunks", &StateManifest::chunks, sc::List<sc::Bin>{max_chunks, sc::Bin{32}}));
+}
+constexpr auto kOfferSchema = sc::record<StateOffer>(
+    "state offer", 1, sc::field("address", &StateOffer::address, sc::Str{256}),
+    sc::field("run", &StateOffer::run_id, sc::Str{64, 1}),
+    sc::field("round", &StateOffer::round, sc::Uint{}),
+    sc::field("size", &StateOffer::size, sc::Uint{}),
+    sc::field("root", &StateOffer::root, sc::Bin{32}));
+constexpr auto kRequestSchema = sc::record<StateRequest>(
+    "state request", 1, sc::field("root", &StateRequest::root, sc::Bin{32}),
+    sc::field("index", &StateRequest::index, sc::Maybe<sc::Uint>{}));
 }  // namespace
 
 // ---- manifest, offer, request ----
 
 std::vector<std::uint8_t> encode_manifest(const StateManifest& m) {
-  msgpack::sbuffer sb;
-  msgpack::packer<msgpack::sbuffer> pk(sb);
-  pk.pack_array(6);
-  pk.pack(kVersion);
-  pk.pack(m.run_id);
-  pk.pack(m.round);
-  pk.pack(m.size);
-  pk.pack(m.chunk_bytes);
-  pk.pack_array(static_cast<std::uint32_t>(m.chunks.size()));
-  for (const auto& d : m.chunks) pack_bin(pk, d);
-  return bytes_of(sb);
+  return sc::encode(manifest_schema(m.chunks.size()), m);
 }
 
 transport::Result<StateManifest> decode_manifest(std::span<const std::uint8_t> bytes,
                                                  std::size_t max_chunks) {
-  auto oh = transport::unpack_bounded(bytes, {.array = std::max<std::size_t>(6, max_chunks),
-                                              .map = 0,
-                                              .str = 64,
-                                              .bin = 32,
-                                              .ext = 0,
-                                              .depth = 2});
-  if (!oh) return oh.error();
-  const auto& o = oh->get();
-  if (o.type != msgpack::type::ARRAY || o.via.array.size != 6) return errc::malformed;
-  const auto* a = o.via.array.ptr;
-  StateManifest m;
-  std::uint64_t version = 0, chunk_bytes = 0;
-  if (!get_u64(a[0], version) || version != kVersion || !get_str(a[1], 64, m.run_id) ||
-      !get_u64(a[2], m.round) || !get_u64(a[3], m.size) || !get_u64(a[4], chunk_bytes) ||
-      chunk_bytes == 0 || chunk_bytes > UINT32_MAX || a[5].type != msgpack::type::ARRAY)
-    return errc::malformed;
-  m.chunk_bytes = static_cast<std::uint32_t>(chunk_bytes);
-  const auto& hs = a[5].via.array;
-  if (hs.size > max_chunks || hs.size != (m.size + chunk_bytes - 1) / chunk_bytes)
-    return errc::malformed;
-  m.chunks.resize(hs.size);
-  for (std::uint32_t i = 0; i < hs.size; ++i)
-    if (!get_fixed(hs.ptr[i], m.chunks[i])) return errc::malformed;
+  auto m = sc::decode(manifest_schema(max_chunks), bytes);
+  if (!m) return m;
+  if (m->chunk_bytes == 0) return {errc::malformed, "state manifest: chunk size 0"};
+  if (m->chunks.size() != (m->size + m->chunk_bytes - 1) / m->chunk_bytes)
+    return {errc::malformed, "state manifest: the chunk count does not match the size"};
   return m;
 }
 
@@ -73,29 +56,11 @@ Digest manifest_root(std::span<const std::uint8_t> manifest_bytes) {
 }
 
 std::vector<std::uint8_t> encode_offer(const StateOffer& o) {
-  msgpack::sbuffer sb;
-  msgpack::packer<msgpack::sbuffer> pk(sb);
-  pk.pack_array(5);
-  pk.pack(o.address);
-  pk.pack(o.run_id);
-  pk.pack(o.round);
-  pk.pack(o.size);
-  pack_bin(pk, o.root);
-  return bytes_of(sb);
+  return sc::encode(kOfferSchema, o);
 }
 
 transport::Result<StateOffer> decode_offer(std::span<const std::uint8_t> value) {
-  auto oh = transport::unpack_bounded(
-      value, {.array = 5, .map = 0, .str = 256, .bin = 32, .ext = 0, .depth = 1});
-  if (!oh) return oh.error();
-  const auto& o = oh->get();
-  if (o.type != msgpack::type::ARRAY || o.via.array.size != 5) return errc::malformed;
-  const auto* a = o.via.array.ptr;
-  StateOffer r;
-  if (!get_str(a[0], 256, r.address) || !get_str(a[1], 64, r.run_id) || !get_u64(a[2], r.round) ||
-      !get_u64(a[3], r.size) || !get_fixed(a[4], r.root))
-    return errc::malformed;
-  return r;
+  return sc::decode(kOfferSchema, value);
 }
 
 dht::Key state_key(const std::string& run_id) {
@@ -103,34 +68,11 @@ dht::Key state_key(const std::string& run_id) {
 }
 
 std::vector<std::uint8_t> encode_state_request(const StateRequest& r) {
-  msgpack::sbuffer sb;
-  msgpack::packer<msgpack::sbuffer> pk(sb);
-  pk.pack_array(3);
-  pk.pack(kVersion);
-  pack_bin(pk, r.root);
-  if (r.index)
-    pk.pack(*r.index);
-  else
-    pk.pack_nil();
-  return bytes_of(sb);
+  return sc::encode(kRequestSchema, r);
 }
 
 transport::Result<StateRequest> decode_state_request(std::span<const std::uint8_t> bytes) {
-  auto oh = transport::unpack_bounded(
-      bytes, {.array = 3, .map = 0, .str = 0, .bin = 32, .ext = 0, .depth = 1});
-  if (!oh) return oh.error();
-  const auto& o = oh->get();
-  if (o.type != msgpack::type::ARRAY || o.via.array.size != 3) return errc::malformed;
-  const auto* a = o.via.array.ptr;
-  StateRequest r;
-  std::uint64_t version = 0, index = 0;
-  if (!get_u64(a[0], version) || version != kVersion || !get_fixed(a[1], r.root))
-    return errc::malformed;
-  if (a[2].type != msgpack::type::NIL) {
-    if (!get_u64(a[2], index) || index > UINT32_MAX) return errc::malformed;
-    r.index = static_cast<std::uint32_t>(index);
-  }
-  return r;
+  return sc::decode(kRequestSchema, bytes);
 }
 
 // ---- donor side ----

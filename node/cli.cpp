@@ -94,7 +94,7 @@ const std::map<std::string, Setter>& config_options() {
                     const std::string& v) { c.clip = parse_number(o, v, 0, 1e6); }},
       {"--outer",
        [](RunConfig& c, const std::string& o, const std::string& v) {
-         auto k = parse_outer(v);
+         auto k = parse_mode(v);
          if (!k) throw CliError(o + ": expected noloco or diloco, got '" + v + "'");
          c.outer = *k;
        }},
@@ -279,7 +279,7 @@ CliOptions parse_cli(int argc, const char* const* argv) {
     ++i;
     if (o.command == Command::request) {
       if (i >= args.size()) throw CliError("request: expected diloco or noloco");
-      auto k = parse_outer(args[i]);
+      auto k = parse_mode(args[i]);
       if (!k) throw CliError("request: expected diloco or noloco, got '" + args[i] + "'");
       o.request_mode = *k;
       ++i;

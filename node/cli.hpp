@@ -63,7 +63,7 @@ struct CliOptions {
   std::optional<LinkEmulation> emulate_link;
   // status / request
   bool json = false;
-  OuterKind request_mode = OuterKind::diloco;
+  OuterMode request_mode = OuterMode::diloco;
   std::optional<std::uint64_t> from_round;
 };
 

@@ -111,7 +111,7 @@ const std::vector<Field>& fields() {
       float_field("clip", &RunConfig::clip),
       {"outer", [](const RunConfig& c) { return std::string(to_string(c.outer)); },
        [](RunConfig& c, std::string_view v) {
-         auto o = parse_outer(v);
+         auto o = parse_mode(v);
          if (o) c.outer = *o;
          return o.has_value();
        }},
@@ -159,22 +159,6 @@ const char* to_string(WorkloadKind w) {
   }
   return "?";
 }
-const char* to_string(OuterKind o) {
-  return o == OuterKind::noloco ? "noloco" : "diloco";
-}
-const char* to_string(Codec c) {
-  switch (c) {
-    case Codec::fp16:
-      return "fp16";
-    case Codec::bf16:
-      return "bf16";
-    case Codec::fp32:
-      return "fp32";
-    case Codec::e3m0:
-      return "e3m0";
-  }
-  return "?";
-}
 const char* to_string(DataKind d) {
   return d == DataKind::synthetic ? "synthetic" : "files";
 }
@@ -184,19 +168,6 @@ std::optional<WorkloadKind> parse_workload(std::string_view s) {
   if (s == "external") return WorkloadKind::external;
   return std::nullopt;
 }
-std::optional<OuterKind> parse_outer(std::string_view s) {
-  if (s == "noloco") return OuterKind::noloco;
-  if (s == "diloco") return OuterKind::diloco;
-  return std::nullopt;
-}
-std::optional<Codec> parse_codec(std::string_view s) {
-  if (s == "fp16") return Codec::fp16;
-  if (s == "bf16") return Codec::bf16;
-  if (s == "fp32") return Codec::fp32;
-  if (s == "e3m0") return Codec::e3m0;
-  return std::nullopt;
-}
-
 std::string RunConfig::to_text() const {
   std::string t(kMagic);
   t += '\n';
@@ -256,7 +227,7 @@ std::string RunConfig::check() const {
 transport::Result<RunConfig> parse_run_config(std::string_view text) {
   if (text.size() > kMaxConfigText)
     return bad("config text is " + std::to_string(text.size()) + " bytes (at most " +
-                        std::to_string(kMaxConfigText) + ")");
+               std::to_string(kMaxConfigText) + ")");
   std::vector<std::string_view> lines;
   for (std::size_t at = 0; at < text.size();) {
     const auto nl = text.find('\n', at);
@@ -268,17 +239,17 @@ transport::Result<RunConfig> parse_run_config(std::string_view text) {
   if (lines.empty() || lines[0] != kMagic) return bad("not a grove-run v1 config");
   if (lines.size() != fs.size() + 1)
     return bad("config has " + std::to_string(lines.size() - 1) + " fields, expected " +
-                        std::to_string(fs.size()));
+               std::to_string(fs.size()));
   RunConfig c;
   for (std::size_t i = 0; i < fs.size(); ++i) {
     const auto line = lines[i + 1];
     const auto sp = line.find(' ');
     if (sp == std::string_view::npos || line.substr(0, sp) != fs[i].key)
-      return bad("line " + std::to_string(i + 2) + ": expected field '" +
-                          std::string(fs[i].key) + "'");
+      return bad("line " + std::to_string(i + 2) + ": expected field '" + std::string(fs[i].key) +
+                 "'");
     if (!fs[i].set(c, line.substr(sp + 1)))
-      return bad("line " + std::to_string(i + 2) + ": bad value for '" +
-                          std::string(fs[i].key) + "'");
+      return bad("line " + std::to_string(i + 2) + ": bad value for '" + std::string(fs[i].key) +
+                 "'");
   }
   if (auto e = c.check(); !e.empty()) return bad(e);
   if (c.to_text() != text) return bad("config text is not in canonical form");

@@ -15,6 +15,8 @@
 #include <string>
 #include <string_view>
 
+#include "gossip/mode.hpp"
+#include "gossip/wire.hpp"
 #include "transport/error.hpp"
 
 namespace grove::node {
@@ -22,17 +24,18 @@ namespace grove::node {
 constexpr std::size_t kMaxConfigText = 4096;
 
 enum class WorkloadKind { gpt, mlp, external };
-enum class OuterKind { noloco, diloco };
-enum class Codec { fp16, bf16, fp32, e3m0 };
+// The outer algorithm and the wire codec are the round engine's own types (gossip/mode.hpp,
+// gossip/wire.hpp), with their names and parsers.
+using gossip::OuterMode;
+using gossip::parse_codec;
+using gossip::parse_mode;
+using gossip::to_string;
+using gossip::WireCodec;
 enum class DataKind { synthetic, files };
 
 const char* to_string(WorkloadKind w);
-const char* to_string(OuterKind o);
-const char* to_string(Codec c);
 const char* to_string(DataKind d);
 std::optional<WorkloadKind> parse_workload(std::string_view s);
-std::optional<OuterKind> parse_outer(std::string_view s);
-std::optional<Codec> parse_codec(std::string_view s);
 
 struct RunConfig {
   WorkloadKind workload = WorkloadKind::gpt;
@@ -56,11 +59,11 @@ struct RunConfig {
   float beta1 = 0.9f, beta2 = 0.95f;
   float clip = 1.0f;  ///< gradient-norm clipping (0: off)
   // Outer optimisation.
-  OuterKind outer = OuterKind::noloco;
+  OuterMode outer = OuterMode::noloco;
   float outer_lr = 0.7f;        ///< DiLoCo's Nesterov learning rate
   float outer_momentum = 0.9f;  ///< DiLoCo's Nesterov momentum
   float noloco_alpha = 0.5f, noloco_beta = 0.7f, noloco_gamma = 0.7f;
-  Codec codec = Codec::fp16;
+  WireCodec codec = WireCodec::fp16;
   /// Matchmaking window (ms): nodes ready in the same window are paired or grouped. Every member
   /// must use the same windows; short ones suit short rounds (tests), the default suits rounds of
   /// tens of seconds and more over the internet.

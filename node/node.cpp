@@ -30,29 +30,15 @@ std::string random_nonce() {
   return b;
 }
 
-gossip::WireCodec wire_codec(Codec c) {
-  switch (c) {
-    case Codec::fp32:
-      return gossip::WireCodec::fp32;
-    case Codec::bf16:
-      return gossip::WireCodec::bf16;
-    case Codec::e3m0:
-      return gossip::WireCodec::e3m0;
-    case Codec::fp16:
-      break;
-  }
-  return gossip::WireCodec::fp16;
-}
-
 gossip::RoundOptions round_options(const RunConfig& c, unsigned threads) {
   gossip::RoundOptions o;
-  o.mode = c.outer == OuterKind::diloco ? gossip::OuterMode::diloco : gossip::OuterMode::noloco;
+  o.mode = c.outer;
   o.noloco.alpha = c.noloco_alpha;
   o.noloco.beta = c.noloco_beta;
   o.noloco.gamma = c.noloco_gamma;
   o.diloco.lr = c.outer_lr;
   o.diloco.momentum = c.outer_momentum;
-  const auto codec = wire_codec(c.codec);
+  const auto codec = c.codec;
   o.exchange.codec = codec;
   // The all-reduce sums partial results: a 4-bit code cannot carry them.
   o.allreduce.codec = codec == gossip::WireCodec::e3m0 ? gossip::WireCodec::fp16 : codec;

@@ -4,6 +4,7 @@
 #include <charconv>
 
 #include "dht/runtime.hpp"
+#include "gossip/progress.hpp"
 #include "node/config.hpp"
 
 namespace grove::node {
@@ -77,9 +78,7 @@ void Servers::serve_status() {
           fallback.address = addr;
           fallback.status = "unreachable";
           fallback.run = m.run_id;
-          fallback.step = m.step;
-          fallback.round = m.round;
-          fallback.tokens_per_s = m.throughput;
+          fallback.round = gossip::progress_of(m).round;
           fallback.reachable = false;
           host->request(transport::PeerRef::node(m.id, addr), "status", transport::Bytes(),
                         transport::Duration(3000),
@@ -107,7 +106,7 @@ void Servers::serve_requests() {
     const std::string text(reinterpret_cast<const char*>(b.data()),
                            std::min<std::size_t>(b.size(), 64));
     const auto sp = text.find(' ');
-    const auto mode = parse_outer(text.substr(0, sp));
+    const auto mode = parse_mode(text.substr(0, sp));
     std::optional<std::uint64_t> from;
     if (sp != std::string::npos) {
       std::uint64_t v = 0;
@@ -120,14 +119,12 @@ void Servers::serve_requests() {
     if (!mode) return r.fail(transport::errc::rejected, "expected diloco or noloco");
     if (!stack->round) return r.fail(transport::errc::rejected, "the node is still starting");
     auto holder = std::make_shared<std::optional<transport::Responder>>(std::move(r));
-    stack->round->request_mode(
-        *mode == OuterKind::diloco ? gossip::OuterMode::diloco : gossip::OuterMode::noloco, from,
-        [holder](transport::Result<std::uint64_t> res) {
-          if (!*holder) return;
-          if (!res) return (*holder)->fail(transport::errc::remote_error, res.error().message());
-          const std::string a = std::to_string(*res);
-          (*holder)->reply({reinterpret_cast<const std::uint8_t*>(a.data()), a.size()});
-        });
+    stack->round->request_mode(*mode, from, [holder](transport::Result<std::uint64_t> res) {
+      if (!*holder) return;
+      if (!res) return (*holder)->fail(transport::errc::remote_error, res.error().message());
+      const std::string a = std::to_string(*res);
+      (*holder)->reply({reinterpret_cast<const std::uint8_t*>(a.data()), a.size()});
+    });
   });
 }
 

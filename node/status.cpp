@@ -3,41 +3,42 @@
 #include <cstdio>
 #include <cstring>
 
-#include "transport/frame.hpp"
-#include "transport/msgpack_util.hpp"
+#include "transport/schema.hpp"
 
 namespace grove::node {
 
 namespace {
-namespace mp = transport::mp;
-constexpr std::size_t kFields = 17;
+namespace sc = transport::schema;
 constexpr std::size_t kMaxText = 256;
 
-// `p` packs into `sb`. A relayed status ("swarm_status") holds numbers other members sent.
-void pack_f64(msgpack::sbuffer& sb, mp::Packer& p, double v) {
-  if (!std::isfinite(v)) {
-    p.pack_nil();
-  } else if (v == 0x1p64) {
-    // msgpack-c's pack_double admits 2^64 to its whole-number path (its bound, UINT64_MAX as a
-    // double, rounds up to 2^64) and converts it to uint64_t: undefined. Write the float64 here.
-    std::uint64_t bits;
-    std::memcpy(&bits, &v, 8);
-    char b[9] = {static_cast<char>(0xcb)};
-    for (int i = 0; i < 8; ++i) b[1 + i] = static_cast<char>(bits >> (56 - 8 * i));
-    sb.write(b, sizeof b);
-  } else {
-    p.pack_double(v);
-  }
-}
-
-// Floats must be finite (NaN travels as nil); pack_double writes a whole number as an integer,
-// so -2.0 comes back as a negative one.
-bool get_f64(const mp::Obj& o, double& out) {
-  if ((o.type == msgpack::type::FLOAT32 || o.type == msgpack::type::FLOAT64) &&
-      !std::isfinite(o.via.f64))
-    return false;
-  return mp::get_number(o, out);
-}
+/// The answer to "status" (one member) and "swarm_status" (every live member).
+struct StatusAnswer {
+  std::vector<MemberStatus> members;
+};
+constexpr sc::Str kText{kMaxText};
+constexpr sc::Real kNumber{.nan = true};
+constexpr auto kStatusSchema = sc::record<StatusAnswer>(
+    "status answer", 1,
+    sc::field("members", &StatusAnswer::members,
+              sc::list(kMaxStatusMembers,
+                       sc::row<MemberStatus>(
+                           "member status", sc::field("node", &MemberStatus::node, kText),
+                           sc::field("address", &MemberStatus::address, kText),
+                           sc::field("status", &MemberStatus::status, kText),
+                           sc::field("run", &MemberStatus::run, kText),
+                           sc::field("step", &MemberStatus::step, sc::Uint{}),
+                           sc::field("round", &MemberStatus::round, sc::Uint{}),
+                           sc::field("loss", &MemberStatus::loss, kNumber),
+                           sc::field("eval_loss", &MemberStatus::eval_loss, kNumber),
+                           sc::field("loss_floor", &MemberStatus::loss_floor, kNumber),
+                           sc::field("tokens_per_s", &MemberStatus::tokens_per_s, kNumber),
+                           sc::field("last_sync_ms", &MemberStatus::last_sync_ms, kNumber),
+                           sc::field("last_partner", &MemberStatus::last_partner, kText),
+                           sc::field("bytes_sent", &MemberStatus::bytes_sent, sc::Uint{}),
+                           sc::field("bytes_received", &MemberStatus::bytes_received, sc::Uint{}),
+                           sc::field("round_s", &MemberStatus::round_s, kNumber),
+                           sc::field("uptime_s", &MemberStatus::uptime_s, kNumber),
+                           sc::field("reachable", &MemberStatus::reachable, sc::Bool{})))));
 
 std::string num(double v, const char* fmt) {
   if (!std::isfinite(v)) return "-";
@@ -80,70 +81,13 @@ std::string json_number(double v) {
 }
 
 std::vector<std::uint8_t> encode_status(const std::vector<MemberStatus>& members) {
-  msgpack::sbuffer sb;
-  mp::Packer p(sb);
-  p.pack_array(static_cast<std::uint32_t>(members.size()));
-  for (const auto& m : members) {
-    p.pack_array(kFields);
-    mp::pack_str(p, m.node);
-    mp::pack_str(p, m.address);
-    mp::pack_str(p, m.status);
-    mp::pack_str(p, m.run);
-    p.pack_uint64(m.step);
-    p.pack_uint64(m.round);
-    pack_f64(sb, p, m.loss);
-    pack_f64(sb, p, m.eval_loss);
-    pack_f64(sb, p, m.loss_floor);
-    pack_f64(sb, p, m.tokens_per_s);
-    pack_f64(sb, p, m.last_sync_ms);
-    mp::pack_str(p, m.last_partner);
-    p.pack_uint64(m.bytes_sent);
-    p.pack_uint64(m.bytes_received);
-    pack_f64(sb, p, m.round_s);
-    pack_f64(sb, p, m.uptime_s);
-    if (m.reachable)
-      p.pack_true();
-    else
-      p.pack_false();
-  }
-  return mp::bytes_of(sb);
+  return sc::encode(kStatusSchema, StatusAnswer{members});
 }
 
 transport::Result<std::vector<MemberStatus>> decode_status(std::span<const std::uint8_t> bytes) {
-  const auto bad = [](const char* w) -> transport::Result<std::vector<MemberStatus>> {
-    return {transport::errc::malformed, w};
-  };
-  transport::UnpackLimits lim;
-  lim.array = kMaxStatusMembers;
-  lim.map = 0;
-  lim.str = kMaxText;
-  lim.bin = 0;
-  lim.depth = 2;
-  auto oh = transport::unpack_bounded(bytes, lim);
-  if (!oh) return bad("status answer does not decode within its limits");
-  std::size_t n = 0;
-  const auto* arr = mp::get_array(oh->get(), kMaxStatusMembers, n);
-  if (!arr) return bad("status answer is not a list of members");
-  std::vector<MemberStatus> out;
-  out.reserve(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    std::size_t k = 0;
-    const auto* f = mp::get_array(arr[i], kFields, k);
-    if (!f || k != kFields) return bad("a member entry has the wrong shape");
-    MemberStatus m;
-    if (!mp::get_str(f[0], kMaxText, m.node) || !mp::get_str(f[1], kMaxText, m.address) ||
-        !mp::get_str(f[2], kMaxText, m.status) || !mp::get_str(f[3], kMaxText, m.run) ||
-        !mp::get_u64(f[4], m.step) || !mp::get_u64(f[5], m.round) || !get_f64(f[6], m.loss) ||
-        !get_f64(f[7], m.eval_loss) || !get_f64(f[8], m.loss_floor) ||
-        !get_f64(f[9], m.tokens_per_s) || !get_f64(f[10], m.last_sync_ms) ||
-        !mp::get_str(f[11], kMaxText, m.last_partner) || !mp::get_u64(f[12], m.bytes_sent) ||
-        !mp::get_u64(f[13], m.bytes_received) || !get_f64(f[14], m.round_s) ||
-        !get_f64(f[15], m.uptime_s) || f[16].type != msgpack::type::BOOLEAN)
-      return bad("a member entry has a field of the wrong type or size");
-    m.reachable = f[16].via.boolean;
-    out.push_back(std::move(m));
-  }
-  return out;
+  auto a = sc::decode(kStatusSchema, bytes);
+  if (!a) return a.failure();
+  return std::move(a->members);
 }
 
 std::string status_json(const std::vector<MemberStatus>& members) {

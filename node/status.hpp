@@ -5,7 +5,7 @@
 // with the list for every live member of its run (asked in parallel, each with a deadline; a
 // member that does not answer is listed from its DHT member record, marked unreachable). The
 // `status` command sends "swarm_status" to the local node (its address is in the state dir) or to
-// the member given with --peer. Wire form: msgpack array of per-member arrays; decoding is bounded
+// the member given with --peer. Wire form: the schema in status.cpp; decoding is bounded
 // (at most kMaxStatusMembers entries, strings of at most 256 bytes).
 #pragma once
 

@@ -166,9 +166,8 @@ transport::Result<TrainerMessage> decode_trainer_message(std::span<const std::ui
   if (!ts || !decode_tensors(*ts, h.model, &twhy)) return bad("hello: " + twhy);
   if (const auto* o = field(m, "outer"); o && o->type != msgpack::type::NIL) {
     std::string s;
-    if (!mp::get_str(*o, 16, s) || !parse_outer(s))
-      return bad("hello: outer is noloco or diloco");
-    h.outer = parse_outer(s);
+    if (!mp::get_str(*o, 16, s) || !parse_mode(s)) return bad("hello: outer is noloco or diloco");
+    h.outer = parse_mode(s);
   }
   if (const auto* hs = field(m, "inner_steps"); hs && hs->type != msgpack::type::NIL) {
     if (!mp::get_u64(*hs, v) || v == 0 || v > 1'000'000)
@@ -181,8 +180,7 @@ transport::Result<TrainerMessage> decode_trainer_message(std::span<const std::ui
       !get_opt_float(m, "noloco_beta", h.noloco_beta) ||
       !get_opt_float(m, "noloco_gamma", h.noloco_gamma))
     return bad("hello: the algorithm's numbers must be finite numbers");
-  if (const auto* pid = field(m, "pid"); pid && !mp::get_u64(*pid, h.pid))
-    return bad("hello: pid");
+  if (const auto* pid = field(m, "pid"); pid && !mp::get_u64(*pid, h.pid)) return bad("hello: pid");
   return TrainerMessage{std::move(h)};
 }
 

@@ -61,7 +61,7 @@ struct ModelSpec {
 struct TrainerHello {
   std::uint32_t version = 0;
   ModelSpec model;
-  std::optional<OuterKind> outer;
+  std::optional<OuterMode> outer;
   std::uint32_t inner_steps = 0;  ///< 0: not given
   std::optional<float> outer_lr, outer_momentum, noloco_alpha, noloco_beta, noloco_gamma;
   std::uint64_t pid = 0;

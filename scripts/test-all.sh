@@ -103,9 +103,11 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
 tsan
 
 step "(d) build-fuzz/: configure and build (clang, libFuzzer)"
-drop_stale_cache build-fuzz '^CMAKE_CXX_COMPILER:.*clang++'
-CXX=clang++ configure_and_build build-fuzz "${checked_flags[@]}" \
+drop_stale_cache build-fuzz '^CMAKE_CXX_COMPILER:.*clang++' '^CMAKE_GENERATOR:INTERNAL=Ninja$'
+CXX=clang++ cmake -S . -B build-fuzz -G Ninja "${checked_flags[@]}" \
   -DGROVE_FUZZ=ON -DGROVE_WITH_TORCH=OFF -DGROVE_BUILD_BENCH=OFF
+# The fuzz targets and the libraries they link, nothing else: the other binaries run in (b), (c).
+cmake --build build-fuzz -j "$jobs" --target fuzzers
 
 work=fuzz-corpus  # git-ignored: working corpora, logs and crash artifacts
 failed=()

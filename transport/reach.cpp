@@ -8,7 +8,7 @@
 
 #include "transport/frame.hpp"
 #include "transport/host.hpp"
-#include "transport/msgpack_util.hpp"
+#include "transport/schema.hpp"
 #include "transport/tcp_link.hpp"
 
 namespace grove::transport {
@@ -30,78 +30,37 @@ const char* to_string(ReachCode c) {
 }
 
 namespace {
-constexpr UnpackLimits kLimits{
-    .array = kReachMaxAddresses, .map = 0, .str = kReachMaxAddress, .bin = 0, .ext = 0, .depth = 3};
-
-bool get_version(const mp::Obj& o) {
-  std::uint64_t v = 0;
-  return mp::get_u64(o, v) && v == 1;
-}
+namespace sc = schema;
+constexpr sc::Str kAddress{kReachMaxAddress};
+constexpr auto kRequestSchema =
+    sc::record<ReachRequest>("reach request", 1,
+                             sc::field("addresses", &ReachRequest::addresses,
+                                       sc::List<sc::Str>{kReachMaxAddresses, kAddress}));
+constexpr auto kReplySchema = sc::record<ReachReply>(
+    "reach reply", 1, sc::field("observed", &ReachReply::observed, kAddress),
+    sc::field(
+        "results", &ReachReply::results,
+        sc::list(kReachMaxAddresses,
+                 sc::row<ReachResult>(
+                     "reach result", sc::field("address", &ReachResult::address, kAddress),
+                     sc::field("code", &ReachResult::code,
+                               sc::Uint{static_cast<std::uint64_t>(ReachCode::not_checked)})))));
 }  // namespace
 
 std::vector<std::uint8_t> encode_reach_request(const ReachRequest& r) {
-  msgpack::sbuffer sb;
-  mp::Packer p(sb);
-  p.pack_array(2);
-  p.pack_uint8(1);
-  p.pack_array(static_cast<std::uint32_t>(r.addresses.size()));
-  for (const auto& a : r.addresses) mp::pack_str(p, a);
-  return mp::bytes_of(sb);
+  return sc::encode(kRequestSchema, r);
 }
 
 Result<ReachRequest> decode_reach_request(std::span<const std::uint8_t> b) {
-  auto oh = unpack_bounded(b, kLimits);
-  if (!oh) return oh.error();
-  std::size_t n = 0, m = 0;
-  const mp::Obj* a = mp::get_array(oh->get(), 2, n);
-  if (!a || n != 2 || !get_version(a[0])) return errc::malformed;
-  const mp::Obj* addrs = mp::get_array(a[1], kReachMaxAddresses, m);
-  if (!addrs) return errc::malformed;
-  ReachRequest r;
-  for (std::size_t i = 0; i < m; ++i) {
-    std::string s;
-    if (!mp::get_str(addrs[i], kReachMaxAddress, s)) return errc::malformed;
-    r.addresses.push_back(std::move(s));
-  }
-  return r;
+  return sc::decode(kRequestSchema, b);
 }
 
 std::vector<std::uint8_t> encode_reach_reply(const ReachReply& r) {
-  msgpack::sbuffer sb;
-  mp::Packer p(sb);
-  p.pack_array(3);
-  p.pack_uint8(1);
-  mp::pack_str(p, r.observed);
-  p.pack_array(static_cast<std::uint32_t>(r.results.size()));
-  for (const auto& [a, c] : r.results) {
-    p.pack_array(2);
-    mp::pack_str(p, a);
-    p.pack_uint8(static_cast<std::uint8_t>(c));
-  }
-  return mp::bytes_of(sb);
+  return sc::encode(kReplySchema, r);
 }
 
 Result<ReachReply> decode_reach_reply(std::span<const std::uint8_t> b) {
-  auto oh = unpack_bounded(b, kLimits);
-  if (!oh) return oh.error();
-  std::size_t n = 0, m = 0;
-  const mp::Obj* a = mp::get_array(oh->get(), 3, n);
-  if (!a || n != 3 || !get_version(a[0])) return errc::malformed;
-  ReachReply r;
-  if (!mp::get_str(a[1], kReachMaxAddress, r.observed)) return errc::malformed;
-  const mp::Obj* res = mp::get_array(a[2], kReachMaxAddresses, m);
-  if (!res) return errc::malformed;
-  for (std::size_t i = 0; i < m; ++i) {
-    std::size_t k = 0;
-    const mp::Obj* e = mp::get_array(res[i], 2, k);
-    std::string addr;
-    std::uint64_t code = 0;
-    if (!e || k != 2 || !mp::get_str(e[0], kReachMaxAddress, addr) || !mp::get_u64(e[1], code) ||
-        code > static_cast<std::uint64_t>(ReachCode::not_checked))
-      return errc::malformed;
-    r.results.emplace_back(std::move(addr), static_cast<ReachCode>(code));
-  }
-  return r;
+  return sc::decode(kReplySchema, b);
 }
 
 std::string ip_of(const std::string& address) {
@@ -196,14 +155,14 @@ void serve_reach_checks(Host& host, ReachPolicyOptions o, std::chrono::milliseco
         auto p = std::make_shared<Pending>(std::move(r), policy);
         p->reply.observed = from.address;
         for (std::size_t i = 0; i < req->addresses.size(); ++i) {
-          p->reply.results.emplace_back(req->addresses[i], ReachCode::not_checked);
+          p->reply.results.push_back({req->addresses[i], ReachCode::not_checked});
           p->left += adm.dial[i];
         }
         if (p->left == 0) return p->done();
         for (std::size_t i = 0; i < req->addresses.size(); ++i) {
           if (!adm.dial[i]) continue;
           h->probe(req->addresses[i], from.id, probe_timeout, [p, i](std::error_code ec) {
-            p->reply.results[i].second =
+            p->reply.results[i].code =
                 !ec                                       ? ReachCode::ok
                 : ec == make_error_code(errc::timed_out)  ? ReachCode::timed_out
                 : ec == make_error_code(errc::wrong_peer) ? ReachCode::wrong_peer

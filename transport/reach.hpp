@@ -52,11 +52,16 @@ const char* to_string(ReachCode c);
 struct ReachRequest {
   std::vector<std::string> addresses;  ///< at most kReachMaxAddresses
 };
+struct ReachResult {
+  std::string address;
+  ReachCode code = ReachCode::not_checked;
+  friend bool operator==(const ReachResult&, const ReachResult&) = default;
+};
 struct ReachReply {
   std::string observed;  ///< the requester's address as the helper saw it
-  std::vector<std::pair<std::string, ReachCode>> results;
+  std::vector<ReachResult> results;
 };
-/// [1, [address...]] and [1, observed, [[address, code]...]]; decoding is bounded.
+/// Schemas in reach.cpp (transport/schema.hpp); decoding is bounded.
 std::vector<std::uint8_t> encode_reach_request(const ReachRequest& r);
 Result<ReachRequest> decode_reach_request(std::span<const std::uint8_t> b);
 std::vector<std::uint8_t> encode_reach_reply(const ReachReply& r);

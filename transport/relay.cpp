@@ -9,6 +9,7 @@
 
 #include "transport/frame.hpp"
 #include "transport/msgpack_util.hpp"
+#include "transport/schema.hpp"
 
 namespace grove::transport {
 
@@ -55,40 +56,19 @@ bool parse_relay_address(const std::string& a, NodeId& relay, std::string& relay
   return !relay_addr.empty();
 }
 
+namespace {
+constexpr auto kDialBackSchema = schema::record<RelayDialBack>(
+    "relay dial-back", 1, schema::field("node", &RelayDialBack::node, schema::Bin{32}),
+    schema::field("addresses", &RelayDialBack::addresses,
+                  schema::list(kDialBackMaxAddresses, schema::Str{kDialBackMaxAddress, 1}, 1)));
+}  // namespace
+
 std::vector<std::uint8_t> encode_relay_dialback(const RelayDialBack& d) {
-  msgpack::sbuffer sb;
-  mp::Packer p(sb);
-  p.pack_array(3);
-  p.pack_uint8(1);
-  mp::pack_bin(p, d.node);
-  p.pack_array(static_cast<std::uint32_t>(d.addresses.size()));
-  for (const auto& a : d.addresses) mp::pack_str(p, a);
-  return mp::bytes_of(sb);
+  return schema::encode(kDialBackSchema, d);
 }
 
 Result<RelayDialBack> decode_relay_dialback(std::span<const std::uint8_t> body) {
-  auto oh = unpack_bounded(body, {.array = kDialBackMaxAddresses,
-                                  .map = 0,
-                                  .str = kDialBackMaxAddress,
-                                  .bin = 32,
-                                  .ext = 0,
-                                  .depth = 2});
-  if (!oh) return oh.error();
-  std::size_t n = 0, m = 0;
-  std::uint64_t v = 0;
-  const mp::Obj* a = mp::get_array(oh->get(), 3, n);
-  if (!a || n != 3 || !mp::get_u64(a[0], v) || v != 1) return errc::malformed;
-  RelayDialBack d;
-  if (a[1].type != msgpack::type::BIN || a[1].via.bin.size != d.node.size()) return errc::malformed;
-  std::memcpy(d.node.data(), a[1].via.bin.ptr, d.node.size());
-  const mp::Obj* addrs = mp::get_array(a[2], kDialBackMaxAddresses, m);
-  if (!addrs || m == 0) return errc::malformed;
-  for (std::size_t i = 0; i < m; ++i) {
-    std::string s;
-    if (!mp::get_str(addrs[i], kDialBackMaxAddress, s) || s.empty()) return errc::malformed;
-    d.addresses.push_back(std::move(s));
-  }
-  return d;
+  return schema::decode(kDialBackSchema, body);
 }
 
 // Two sockets and a pump in each direction. A pump reads what has arrived (up to 64 KiB),

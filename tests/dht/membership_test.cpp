@@ -9,25 +9,14 @@ TEST(Membership, RecordRoundTripAndRejection) {
   MemberInfo m;
   m.addresses = {"10.0.0.1:4000", "[::1]:4000"};
   m.run_id = "run-1";
-  m.round = 7;
-  m.step = 3500;
   m.status = "training";
-  m.throughput = 123.5;
-  m.weights_hash[0] = 0xab;
+  m.payload = {1, 2, 3};
   auto d = decode_member(encode_member(m));
   ASSERT_TRUE(d);
   EXPECT_EQ(*d, m);
-  for (double t : {0.0, 5.0, 1e12}) {  // whole numbers travel as msgpack integers
-    MemberInfo w = m;
-    w.throughput = t;
-    auto dw = decode_member(encode_member(w));
-    ASSERT_TRUE(dw) << t;
-    EXPECT_EQ(dw->throughput, t);
-  }
   auto bytes = encode_member(m);
   for (std::size_t n = 0; n < bytes.size(); ++n)
     EXPECT_FALSE(decode_member(std::span(bytes).first(n)));
-  // Reachability: 1 and 2 travel; a record of an older node (7 elements) reads as not known.
   for (auto r : {transport::Reachability::reachable, transport::Reachability::unreachable}) {
     MemberInfo w = m;
     w.reach = r;
@@ -35,18 +24,26 @@ TEST(Membership, RecordRoundTripAndRejection) {
     ASSERT_TRUE(dw);
     EXPECT_EQ(dw->reach, r);
   }
-  ASSERT_EQ(bytes.front(), 0x98);  // fixarray of 8
-  auto older = bytes;
-  older.front() = 0x97;
-  older.pop_back();
-  auto d7 = decode_member(older);
-  ASSERT_TRUE(d7);
-  EXPECT_EQ(d7->reach, transport::Reachability::unchecked);
-  auto bad = bytes;
-  bad.back() = 3;
-  EXPECT_FALSE(decode_member(bad));
-  m.throughput = std::numeric_limits<double>::quiet_NaN();
-  EXPECT_FALSE(decode_member(encode_member(m)));
+  // One shape only: [1, addresses, run, status, reach, payload]; another version, a missing
+  // field, an unknown reachability or an oversized payload is refused with its reason.
+  ASSERT_EQ(bytes.front(), 0x96);  // fixarray of 6
+  ASSERT_EQ(bytes[1], 1);          // version
+  auto v2 = bytes;
+  v2[1] = 2;
+  EXPECT_NE(decode_member(v2).why().find("version"), std::string::npos);
+  auto shorter = encode_member(m);
+  shorter.front() = 0x95;
+  EXPECT_FALSE(decode_member(shorter));
+  MemberInfo w = m;
+  w.reach = static_cast<transport::Reachability>(3);
+  auto bad = decode_member(encode_member(w));
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.why(), "member record field reach: out of range");
+  w = m;
+  w.payload.assign(kMaxMemberPayload + 1, 0);
+  EXPECT_FALSE(decode_member(encode_member(w)));
+  w.payload.pop_back();
+  EXPECT_TRUE(decode_member(encode_member(w)));
   EXPECT_FALSE(valid_run_id(""));
   EXPECT_FALSE(valid_run_id("has space"));
   EXPECT_FALSE(valid_run_id(std::string(65, 'x')));

@@ -11,9 +11,9 @@
 //   - a finished all-reduce's result and an exchange's means have the tensor's size and are
 //     finite (nothing received can put a NaN into the model);
 //   - selector bit 3 set: the bytes go to the DHT-record and state-sync decoders instead
-//     (decode_ready, dht's decode_member, decode_mode, decode_offer, decode_state_request,
-//     decode_manifest, StateServer::answer and a StateDownload's response handler); what they
-//     accept re-encodes to the same value.
+//     (decode_ready, dht's decode_member, decode_progress, decode_mode, decode_offer,
+//     decode_state_request, decode_manifest, StateServer::answer and a StateDownload's response
+//     handler); what they accept re-encodes to the same value.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -25,6 +25,7 @@
 #include "gossip/exchange.hpp"
 #include "gossip/matchmaking.hpp"
 #include "gossip/mode.hpp"
+#include "gossip/progress.hpp"
 #include "gossip/state_sync.hpp"
 #include "tests/fuzz/gossip_fuzz.hpp"
 
@@ -48,8 +49,9 @@ struct State {
     o.chunk_values = kChunk;
     std::vector<float> in(kRingValues);
     for (std::size_t i = 0; i < in.size(); ++i) in[i] = 0.001f * static_cast<float>(i % 97);
-    ring = gossip::RingAllReduce::create(
-        op(), peer(1), std::vector{peer(0), peer(1), peer(2)}, std::move(in), o, now).value();
+    ring = gossip::RingAllReduce::create(op(), peer(1), std::vector{peer(0), peer(1), peer(2)},
+                                         std::move(in), o, now)
+               .value();
   }
   void fresh_exchange() {
     gossip::ExchangeOptions o;
@@ -58,7 +60,8 @@ struct State {
     std::vector<float> t(kExchangeValues);
     for (std::size_t i = 0; i < t.size(); ++i) t[i] = 0.5f - 0.001f * static_cast<float>(i);
     exchange = gossip::GroupExchange::create(op(), peer(1), std::vector{peer(1), peer(0)},
-                                                       std::vector<std::vector<float>>{t}, o, now).value();
+                                             std::vector<std::vector<float>>{t}, o, now)
+                   .value();
   }
 };
 
@@ -91,6 +94,8 @@ void records(std::span<const std::uint8_t> bytes) {
     check(gossip::decode_ready(gossip::encode_ready(*r)).value() == *r);
   if (auto m = dht::decode_member(bytes))
     check(dht::decode_member(dht::encode_member(*m)).value() == *m);
+  if (auto p = gossip::decode_progress(bytes))
+    check(gossip::decode_progress(gossip::encode_progress(*p)).value() == *p);
   if (auto m = gossip::decode_mode(bytes))
     check(gossip::decode_mode(gossip::encode_mode(*m)).value() == *m);
   if (auto o = gossip::decode_offer(bytes))

@@ -38,6 +38,7 @@
 #include "gossip/allreduce.hpp"
 #include "gossip/exchange.hpp"
 #include "gossip/matchmaking.hpp"
+#include "gossip/progress.hpp"
 #include "gossip/state_sync.hpp"
 #include "node/checkpoint.hpp"
 #include "node/config.hpp"
@@ -549,8 +550,10 @@ void gossip_seeds(const fs::path& dir) {
   g::AllReduceOptions ao;
   ao.chunk_values = gz::kChunk;
   for (int p : {0, 2}) {
-    auto r_core = g::RingAllReduce::create(gz::op(), gz::peer(p), {gz::peer(0), gz::peer(1), gz::peer(2)},
-                       std::vector<float>(gz::kRingValues, 0.25f), ao, g::Time(0)).value();
+    auto r_core =
+        g::RingAllReduce::create(gz::op(), gz::peer(p), {gz::peer(0), gz::peer(1), gz::peer(2)},
+                                 std::vector<float>(gz::kRingValues, 0.25f), ao, g::Time(0))
+            .value();
     auto& r = *r_core;
     r.on_timer(g::Time(1500));  // a heartbeat too
     for (auto& o : r.take_outgoing())
@@ -560,8 +563,10 @@ void gossip_seeds(const fs::path& dir) {
   g::ExchangeOptions eo;
   eo.codec = g::WireCodec::fp32;
   eo.chunk_values = gz::kChunk;
-  auto e_core = g::GroupExchange::create(gz::op(), gz::peer(0), {gz::peer(1), gz::peer(0)},
-                     {std::vector<float>(gz::kExchangeValues, 0.4f)}, eo, g::Time(0)).value();
+  auto e_core =
+      g::GroupExchange::create(gz::op(), gz::peer(0), {gz::peer(1), gz::peer(0)},
+                               {std::vector<float>(gz::kExchangeValues, 0.4f)}, eo, g::Time(0))
+          .value();
   auto& e = *e_core;
   for (auto& o : e.take_outgoing()) put("exchange", 4, o.data.span());
   // Control messages and malformed variants.
@@ -596,11 +601,11 @@ void gossip_seeds(const fs::path& dir) {
   grove::dht::MemberInfo member;
   member.addresses = {"192.0.2.1:7400", "[2001:db8::1]:7400"};
   member.run_id = "fuzz";
-  member.round = 3;
   member.status = "training";
-  member.throughput = 12.5;
+  member.payload = g::encode_progress({3, {}});
   member.reach = grove::transport::Reachability::reachable;
   put_rec("member", grove::dht::encode_member(member));
+  put_rec("progress", g::encode_progress({7, snap.root()}));
   auto bad = g::encode_message(h, 10);
   bad.data()[3] = 0xff;
   put("bad-version", 0, bad.span());
@@ -623,8 +628,8 @@ node::RunConfig mlp_config() {
   c.warmup = 0;
   c.schedule_steps = 1000;
   c.clip = 0;
-  c.outer = node::OuterKind::diloco;
-  c.codec = node::Codec::bf16;
+  c.outer = node::OuterMode::diloco;
+  c.codec = node::WireCodec::bf16;
   c.window_ms = 500;
   c.eval_every = 10;
   c.eval_batches = 1;
@@ -647,15 +652,15 @@ void run_config_seeds(const fs::path& dir) {
   node::RunConfig files = gpt;
   files.model = "base";
   files.seed = 18446744073709551615ull;
-  files.codec = node::Codec::e3m0;
+  files.codec = node::WireCodec::e3m0;
   files.data = node::DataKind::files;
   files.lr = 1;
   files.lr_min_ratio = 0;
   files.beta2 = 0.999f;
   files.window_ms = 600000;
   put("gpt-files-e3m0.txt", files.to_text());
-  mlp.codec = node::Codec::fp32;
-  mlp.outer = node::OuterKind::noloco;
+  mlp.codec = node::WireCodec::fp32;
+  mlp.outer = node::OuterMode::noloco;
   mlp.noloco_gamma = 0;
   put("mlp-noloco-fp32.txt", mlp.to_text());
 
@@ -895,12 +900,12 @@ void trainer_seeds(const fs::path& dir) {
                      {"0.bias", {32}, "float32"},
                      {"2.weight", {1, 32}, "bfloat16"},
                      {"2.bias", {1}, "float16"}};
-  h.outer = node::OuterKind::noloco;
+  h.outer = node::OuterMode::noloco;
   h.inner_steps = 50;
   h.noloco_alpha = 0.5f;
   h.pid = 4242;
   put("hello.bin", node::encode_trainer_message(h));
-  h.outer = node::OuterKind::diloco;
+  h.outer = node::OuterMode::diloco;
   h.outer_lr = 0.7f;
   h.outer_momentum = 0.9f;
   h.noloco_alpha.reset();

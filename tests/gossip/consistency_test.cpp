@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include "gossip/progress.hpp"
+
 namespace grove::gossip {
 namespace {
 
@@ -22,8 +24,7 @@ dht::MemberInfo record(std::uint8_t who, std::uint64_t round, std::uint8_t h) {
   dht::MemberInfo m;
   m.id = id(who);
   m.run_id = "run";
-  m.round = round;
-  m.weights_hash = hash(h);
+  m.payload = encode_progress({round, hash(h)});
   return m;
 }
 

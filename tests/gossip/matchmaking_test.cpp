@@ -115,10 +115,11 @@ TEST(Matchmaking, ReadyRecordRoundTripsAndRejectsTruncation) {
   const auto bytes = encode_ready(r);
   for (std::size_t n = 0; n < bytes.size(); ++n)
     EXPECT_FALSE(decode_ready(std::span(bytes).first(n)));
-  // A record of an older node (six elements, no hash) reads with a zero hash.
+  // One shape only: a record without its last fields is refused, and says which.
   msgpack::sbuffer sb;
   msgpack::packer<msgpack::sbuffer> pk(sb);
-  pk.pack_array(6);
+  pk.pack_array(7);
+  pk.pack_uint8(1);
   pk.pack(r.addresses);
   pk.pack(r.run_id);
   pk.pack(r.round);
@@ -126,11 +127,8 @@ TEST(Matchmaking, ReadyRecordRoundTripsAndRejectsTruncation) {
   pk.pack(r.group);
   pk.pack(r.average_phi);
   auto old = decode_ready(std::span(reinterpret_cast<const std::uint8_t*>(sb.data()), sb.size()));
-  ASSERT_TRUE(old);
-  EXPECT_EQ(old->phi_hash, (std::array<std::uint8_t, 32>{}));
-  EXPECT_EQ(old->round, 42u);
-  EXPECT_EQ(old->wait_for, 0u);
-  EXPECT_FALSE(old->behind || old->fresh);
+  ASSERT_FALSE(old);
+  EXPECT_EQ(old.why(), "ready record: expected a list of 11 elements");
 }
 
 TEST(Matchmaking, ReadyRecordCarriesTheGroupsDecisionsAndRejectsBadFlags) {
@@ -141,10 +139,11 @@ TEST(Matchmaking, ReadyRecordCarriesTheGroupsDecisionsAndRejectsBadFlags) {
       ASSERT_TRUE(d);
       EXPECT_EQ(*d, r);
     }
-  auto pack = [](std::size_t n, std::uint64_t wait_for, std::uint64_t flags) {
+  auto pack = [](std::uint64_t wait_for, bool flag_as_int) {
     msgpack::sbuffer sb;
     msgpack::packer<msgpack::sbuffer> pk(sb);
-    pk.pack_array(static_cast<std::uint32_t>(n));
+    pk.pack_array(11);
+    pk.pack_uint8(1);
     pk.pack(std::vector<std::string>{"a:1"});
     pk.pack(std::string("run-x"));
     pk.pack(std::uint64_t{3});
@@ -154,16 +153,22 @@ TEST(Matchmaking, ReadyRecordCarriesTheGroupsDecisionsAndRejectsBadFlags) {
     const std::array<char, 32> hash{};
     pk.pack_bin(32);
     pk.pack_bin_body(hash.data(), 32);
-    if (n >= 8) pk.pack(wait_for);
-    if (n >= 9) pk.pack(flags);
+    pk.pack(wait_for);
+    if (flag_as_int)
+      pk.pack(1);
+    else
+      pk.pack(true);
+    pk.pack(false);
     return std::vector<std::uint8_t>(sb.data(), sb.data() + sb.size());
   };
-  auto eight = decode_ready(pack(8, 5, 0));  // a node without the flags
-  ASSERT_TRUE(eight);
-  EXPECT_EQ(eight->wait_for, 5u);
-  EXPECT_FALSE(eight->behind || eight->fresh);
-  EXPECT_FALSE(decode_ready(pack(9, 5, 4)));                       // unknown flag
-  EXPECT_FALSE(decode_ready(pack(9, std::uint64_t{1} << 33, 0)));  // wait_for beyond 32 bits
+  auto ok = decode_ready(pack(5, false));
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->wait_for, 5u);
+  EXPECT_TRUE(ok->behind);
+  EXPECT_FALSE(ok->fresh);
+  EXPECT_EQ(decode_ready(pack(5, true)).why(), "ready record field behind: not a boolean");
+  EXPECT_EQ(decode_ready(pack(std::uint64_t{1} << 33, false)).why(),  // beyond 32 bits
+            "ready record field wait_for: out of range");
 }
 
 // DiLoCo members decide together from the records they all read: one record asking to wait

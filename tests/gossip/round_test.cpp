@@ -11,6 +11,7 @@
 #include <map>
 #include <set>
 
+#include "gossip/progress.hpp"
 #include "sim/swarm.hpp"
 
 namespace grove::gossip {
@@ -161,7 +162,7 @@ TEST(RoundEngine, SlowOuterStepsRunAsJobsAndTheSwarmStillConverges) {
   s.run_for(ms(2000));
   EXPECT_TRUE(s.engine(0).stepping());
   EXPECT_EQ(s.rounds(0), reported);
-  EXPECT_EQ(s.membership(0).self().round, round);  // its record still says the old round
+  EXPECT_EQ(progress_of(s.membership(0).self()).round, round);  // its record: the old round
   ASSERT_TRUE(s.run_until([&] { return !s.engine(0).stepping(); }, ms(1000)));
   EXPECT_EQ(s.engine(0).state().round, round + 1);
   EXPECT_EQ(s.rounds(0), reported + 1);
@@ -449,7 +450,9 @@ TEST(RoundEngine, HashMismatchIsDetectedAndCounted) {
   ASSERT_TRUE(s.run_until([&] { return s.rounds(1) >= 3; }, ms(120'000)));
   // Node 1 claims other slow weights for its round: the others' check must notice.
   auto self = s.membership(1).self();
-  self.weights_hash[0] ^= 1;
+  auto p = progress_of(self);
+  p.weights_hash[0] ^= 1;
+  self.payload = encode_progress(p);
   s.membership(1).set_self(self);
   ASSERT_TRUE(s.run_until([&] { return s.engine(0).mismatches() + s.engine(2).mismatches() >= 1; },
                           ms(20'000)));

@@ -33,9 +33,9 @@ TEST(Cli, BootstrapWithRunConfig) {
   EXPECT_EQ(o.config.workload, WorkloadKind::mlp);
   EXPECT_EQ(o.config.model, "tiny");
   EXPECT_EQ(o.config.inner_steps, 20u);
-  EXPECT_EQ(o.config.outer, OuterKind::diloco);
+  EXPECT_EQ(o.config.outer, OuterMode::diloco);
   EXPECT_FLOAT_EQ(o.config.outer_lr, 0.5f);
-  EXPECT_EQ(o.config.codec, Codec::bf16);
+  EXPECT_EQ(o.config.codec, WireCodec::bf16);
   EXPECT_EQ(o.listen, "127.0.0.1:7000");
   EXPECT_EQ(o.state_dir, "/tmp/x");
   EXPECT_EQ(o.max_steps, 100u);
@@ -71,9 +71,9 @@ TEST(Cli, Subcommands) {
   EXPECT_TRUE(s.json);
   auto r = parse({"request", "diloco", "--from-round", "12", "--peer", "h:1"});
   EXPECT_EQ(r.command, Command::request);
-  EXPECT_EQ(r.request_mode, OuterKind::diloco);
+  EXPECT_EQ(r.request_mode, OuterMode::diloco);
   EXPECT_EQ(r.from_round, 12u);
-  EXPECT_EQ(parse({"request", "noloco"}).request_mode, OuterKind::noloco);
+  EXPECT_EQ(parse({"request", "noloco"}).request_mode, OuterMode::noloco);
   EXPECT_EQ(parse({"--help"}).command, Command::help);
   EXPECT_EQ(parse({"status", "-h"}).command, Command::help);
 }

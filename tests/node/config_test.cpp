@@ -14,8 +14,8 @@ RunConfig sample() {
   c.nonce = "00112233445566aa";
   c.inner_steps = 7;
   c.lr = 3e-4f;
-  c.outer = OuterKind::diloco;
-  c.codec = Codec::bf16;
+  c.outer = OuterMode::diloco;
+  c.codec = WireCodec::bf16;
   c.data = DataKind::files;
   return c;
 }

@@ -12,7 +12,7 @@ TrainerHello small_hello() {
   TrainerHello h;
   h.version = kTrainerProtocol;
   h.model.tensors = {{"fc.weight", {4, 3}, "float32"}, {"fc.bias", {4}, "float32"}};
-  h.outer = OuterKind::diloco;
+  h.outer = OuterMode::diloco;
   h.inner_steps = 25;
   h.outer_lr = 0.5f;
   h.outer_momentum = 0.8f;
@@ -95,7 +95,7 @@ TEST(TrainerProtocol, TheFirstTrainerMakesTheRunAndLaterOnesMustMatchIt) {
   c.workload = WorkloadKind::external;  // as --bootstrap --workload external
   apply_hello(h, c);
   ASSERT_EQ(c.check(), "");
-  EXPECT_EQ(c.outer, OuterKind::diloco);
+  EXPECT_EQ(c.outer, OuterMode::diloco);
   EXPECT_EQ(c.inner_steps, 25u);
   EXPECT_FLOAT_EQ(c.outer_lr, 0.5f);
   EXPECT_EQ(c.model_params, 16u);
@@ -114,7 +114,7 @@ TEST(TrainerProtocol, TheFirstTrainerMakesTheRunAndLaterOnesMustMatchIt) {
   other.model.tensors[1].name = "fc.b";  // same sizes, another name
   EXPECT_NE(check_hello(other, c).find("other parameter names"), std::string::npos);
   other = h;
-  other.outer = OuterKind::noloco;
+  other.outer = OuterMode::noloco;
   EXPECT_NE(check_hello(other, c).find("asked for noloco"), std::string::npos);
   other = h;
   other.inner_steps = 26;

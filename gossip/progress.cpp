@@ -1,0 +1,28 @@
+#include "gossip/progress.hpp"
+
+#include "transport/schema.hpp"
+
+namespace grove::gossip {
+
+namespace {
+namespace sc = transport::schema;
+constexpr auto kProgressSchema =
+    sc::record<Progress>("progress", 1, sc::field("round", &Progress::round, sc::Uint{}),
+                         sc::field("weights_hash", &Progress::weights_hash, sc::Bin{32}));
+static_assert(sizeof(Progress::weights_hash) + 16 <= dht::kMaxMemberPayload);
+}  // namespace
+
+std::vector<std::uint8_t> encode_progress(const Progress& p) {
+  return sc::encode(kProgressSchema, p);
+}
+
+transport::Result<Progress> decode_progress(std::span<const std::uint8_t> payload) {
+  return sc::decode(kProgressSchema, payload);
+}
+
+Progress progress_of(const dht::MemberInfo& m) {
+  auto p = decode_progress(m.payload);
+  return p ? *p : Progress{};
+}
+
+}  // namespace grove::gossip

@@ -1,0 +1,265 @@
+// The round engine's logic on an in-memory record store (tests/gossip/fake_store.hpp): no DHT
+// swarm, no routing, no network model. The test is the engine's whole driver: it runs the
+// operations' messages between the members directly, the outer steps and snapshots at once, and
+// answers state requests from the donor's StateServer.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <memory>
+
+#include "dht/membership.hpp"
+#include "gossip/progress.hpp"
+#include "gossip/round.hpp"
+#include "tests/gossip/fake_store.hpp"
+
+namespace grove::gossip {
+namespace {
+
+using std::chrono::milliseconds;
+using Clock = milliseconds;
+constexpr std::size_t kValues = 64;
+
+RoundOptions options(OuterMode mode) {
+  RoundOptions o;
+  o.mode = mode;
+  o.match.window = milliseconds(1000);
+  o.match.min_lead = milliseconds(200);
+  o.match.settle = milliseconds(200);
+  o.match.read_timeout = milliseconds(2000);
+  o.mode_poll = milliseconds(500);
+  o.exchange.chunk_timeout = milliseconds(2000);
+  o.allreduce.chunk_timeout = milliseconds(2000);
+  o.allreduce.heartbeat = milliseconds(300);
+  o.offers_wait = milliseconds(3000);
+  o.threads = 1;
+  return o;
+}
+
+dht::MembershipOptions membership_options() {
+  dht::MembershipOptions m;
+  m.poll_every = milliseconds(300);
+  m.publish_every = milliseconds(500);
+  m.ttl = milliseconds(3000);
+  return m;
+}
+
+struct Member {
+  Member(std::shared_ptr<test::Board> board, std::size_t index, OuterMode mode)
+      : store(std::move(board)),
+        members(store, "logic", membership_options()),
+        engine(store, members, "logic", {"m" + std::to_string(index)}, options(mode), server) {
+    dht::MemberInfo self;
+    self.run_id = "logic";
+    self.addresses = {"m" + std::to_string(index)};
+    self.status = "training";
+    members.set_self(self);
+  }
+  test::FakeStore store;
+  dht::Membership members;
+  std::shared_ptr<StateServer> server = std::make_shared<StateServer>();
+  RoundEngine engine;
+  std::map<OpId, std::unique_ptr<Protocol>> ops;
+  std::map<OpId, std::vector<std::pair<NodeId, Bytes>>> early;  // for ops not started here yet
+  std::vector<RoundReport> reports;
+};
+
+struct Logic {
+  std::shared_ptr<test::Board> board = std::make_shared<test::Board>();
+  std::vector<std::unique_ptr<Member>> m;
+  Clock now{1'000'000};
+
+  explicit Logic(std::size_t n, OuterMode mode = OuterMode::noloco) {
+    for (std::size_t i = 0; i < n; ++i) m.push_back(std::make_unique<Member>(board, i, mode));
+  }
+
+  Member* by_id(const NodeId& id) {
+    for (auto& x : m)
+      if (x->store.id() == id) return x.get();
+    return nullptr;
+  }
+
+  void tick() {
+    now += milliseconds(10);
+    for (std::size_t i = 0; i < m.size(); ++i) {
+      Member& x = *m[i];
+      x.store.deliver(now);
+      x.members.on_timer(now);
+      x.engine.on_timer(now);
+      for (auto& op : x.engine.take_ops()) {
+        auto& p = x.ops[op.op] = op.make(now);
+        for (auto& [from, bytes] : x.early[op.op])
+          p->on_message(from, *decode_message(bytes.span()), now);
+        x.early.erase(op.op);
+      }
+      for (auto& job : x.engine.take_step_jobs()) {
+        job.run();
+        x.engine.on_step_done(job.seq, now);
+      }
+      for (auto& job : x.engine.take_snapshot_jobs())
+        x.engine.on_snapshot(
+            job.seq,
+            std::make_shared<StateSnapshot>(job.run_id, job.round, job.bytes, job.chunk_bytes),
+            now);
+      for (auto& req : x.engine.take_state_requests()) {
+        const std::size_t donor = std::stoul(req.address.substr(1));
+        if (auto body = m[donor]->server->answer(req.body))
+          x.engine.on_state_response(req.id, *body, now);
+        else
+          x.engine.on_state_failure(req.id, now);
+      }
+      for (auto& [op, p] : x.ops) {
+        p->on_timer(now);
+        for (auto& out : p->take_outgoing()) {
+          Member* to = by_id(out.to);
+          auto msg = decode_message(out.data.span());
+          ASSERT_TRUE(msg);
+          if (!to) {
+            p->on_peer_failed(out.to, now);
+          } else if (auto it = to->ops.find(msg->h.op); it != to->ops.end()) {
+            it->second->on_message(x.store.id(), *msg, now);
+          } else {
+            to->early[msg->h.op].emplace_back(x.store.id(), std::move(out.data));
+          }
+        }
+      }
+      for (auto it = x.ops.begin(); it != x.ops.end();) {
+        if (!it->second->finished()) {
+          ++it;
+          continue;
+        }
+        x.engine.on_op_finished(std::move(it->second), now);
+        it = x.ops.erase(it);
+      }
+      for (auto& r : x.engine.take_reports()) x.reports.push_back(std::move(r));
+    }
+  }
+
+  bool run_until(const std::function<bool()>& done, milliseconds limit) {
+    const Clock end = now + limit;
+    while (now < end) {
+      if (done()) return true;
+      tick();
+    }
+    return done();
+  }
+
+  void submit(std::size_t i, float value) {
+    m[i]->engine.submit(std::vector<float>(kValues, value), now);
+  }
+};
+
+optim::OuterState initial() {
+  optim::OuterState s;
+  s.phi.assign(kValues, 1.0f);
+  return s;
+}
+
+TEST(RoundLogic, ALoneMemberStepsLocallyAndPublishesItsRoundAndOffer) {
+  Logic l(1);
+  l.m[0]->engine.start(initial(), l.now);
+  l.m[0]->engine.set_patience(milliseconds(0));
+  ASSERT_TRUE(l.run_until([&] { return l.m[0]->engine.idle(); }, milliseconds(1000)));
+  l.submit(0, 0.5f);
+  ASSERT_TRUE(l.run_until([&] { return !l.m[0]->reports.empty(); }, milliseconds(10'000)));
+  const RoundReport& r = l.m[0]->reports.front();
+  EXPECT_EQ(r.kind, RoundReport::Kind::round);
+  EXPECT_TRUE(r.local_only);
+  EXPECT_EQ(l.m[0]->engine.state().round, 1u);
+  // Its member record (via the membership on the same store) carries the new round and hash,
+  // and its state offer names the round: both read back from the store.
+  ASSERT_TRUE(l.run_until(
+      [&] {
+        const auto self = progress_of(l.m[0]->members.self());
+        return self.round == 1 && self.weights_hash == r.weights_hash;
+      },
+      milliseconds(2000)));
+  bool offered = false;
+  for (const auto& rec : l.board->at(state_key("logic"), l.now))
+    if (auto o = decode_offer(rec.value)) offered |= o->round == 1 && o->address == "m0";
+  EXPECT_TRUE(offered);
+}
+
+void two_members_average(OuterMode mode) {
+  Logic l(2, mode);
+  for (auto& x : l.m) x->engine.start(initial(), l.now);
+  ASSERT_TRUE(
+      l.run_until([&] { return l.m[0]->members.size() == 2 && l.m[1]->members.size() == 2; },
+                  milliseconds(3000)));
+  for (std::size_t round = 0; round < 3; ++round) {
+    ASSERT_TRUE(l.run_until([&] { return l.m[0]->engine.idle() && l.m[1]->engine.idle(); },
+                            milliseconds(20'000)));
+    l.submit(0, 0.9f);
+    l.submit(1, 1.1f);
+    const std::size_t before = l.m[0]->reports.size();
+    ASSERT_TRUE(l.run_until(
+        [&] { return l.m[0]->reports.size() > before && l.m[1]->reports.size() > before; },
+        milliseconds(20'000)));
+  }
+  for (auto& x : l.m) {
+    ASSERT_EQ(x->reports.size(), 3u);
+    for (const auto& r : x->reports) {
+      EXPECT_EQ(r.mode, mode);
+      EXPECT_FALSE(r.local_only) << r.note;
+      EXPECT_EQ(r.averaged_with.size(), 1u);
+    }
+  }
+  const auto& a = l.m[0]->engine.state().phi;
+  const auto& b = l.m[1]->engine.state().phi;
+  if (mode == OuterMode::diloco) {
+    EXPECT_EQ(a, b);  // one all-reduce result, one step: the same bits
+  } else {
+    // Gossip keeps each member's own φ, pulled toward its partner's: far closer than the inner
+    // phases' θ (0.2 apart every round).
+    EXPECT_NE(a, b);
+    EXPECT_LT(std::abs(a[0] - b[0]), 0.01f);
+  }
+}
+
+TEST(RoundLogic, TwoMembersPairAndAverageThroughTheStore) {
+  two_members_average(OuterMode::noloco);
+}
+
+TEST(RoundLogic, TwoMembersAllReduceToTheSameSlowWeights) {
+  two_members_average(OuterMode::diloco);
+}
+
+TEST(RoundLogic, AModeRecordInTheStoreSwitchesTheSchedule) {
+  Logic l(1);
+  l.m[0]->engine.start(initial(), l.now);
+  EXPECT_EQ(l.m[0]->engine.mode_of(5), OuterMode::noloco);
+  // Another member's signed request, written straight into the store.
+  test::FakeStore other(l.board);
+  other.write(mode_key("logic"), mode_subkey(4), 1, l.now + milliseconds(60'000),
+              encode_mode({other.id(), "logic", OuterMode::diloco, 4}), l.now);
+  ASSERT_TRUE(l.run_until([&] { return l.m[0]->engine.mode_of(5) == OuterMode::diloco; },
+                          milliseconds(3000)));
+  EXPECT_EQ(l.m[0]->engine.mode_of(3), OuterMode::noloco);
+  EXPECT_EQ(l.m[0]->engine.mode_schedule().size(), 1u);
+}
+
+TEST(RoundLogic, AJoinerDownloadsTheDonorsStateFromItsOffer) {
+  Logic l(2);
+  l.m[0]->engine.start(initial(), l.now);
+  l.m[0]->engine.set_patience(milliseconds(0));
+  ASSERT_TRUE(l.run_until([&] { return l.m[0]->engine.idle(); }, milliseconds(1000)));
+  l.submit(0, 0.25f);
+  ASSERT_TRUE(l.run_until([&] { return !l.m[0]->reports.empty(); }, milliseconds(10'000)));
+  l.m[1]->engine.join(l.now, kValues);
+  ASSERT_TRUE(l.run_until([&] { return !l.m[1]->reports.empty(); }, milliseconds(20'000)));
+  const RoundReport& r = l.m[1]->reports.front();
+  ASSERT_EQ(r.kind, RoundReport::Kind::synced) << r.note;
+  EXPECT_EQ(l.m[1]->engine.state().round, l.m[0]->engine.state().round);
+  EXPECT_EQ(l.m[1]->engine.state().phi, l.m[0]->engine.state().phi);
+}
+
+TEST(RoundLogic, AJoinerWithoutOffersReportsTheFailure) {
+  Logic l(1);
+  l.m[0]->engine.join(l.now, kValues);
+  ASSERT_TRUE(l.run_until([&] { return !l.m[0]->reports.empty(); }, milliseconds(20'000)));
+  EXPECT_EQ(l.m[0]->reports.front().kind, RoundReport::Kind::sync_failed);
+  EXPECT_FALSE(l.m[0]->engine.has_state());
+}
+
+}  // namespace
+}  // namespace grove::gossip
