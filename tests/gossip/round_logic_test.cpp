@@ -155,13 +155,18 @@ optim::OuterState initial() {
   return s;
 }
 
-TEST(RoundLogic, ALoneMemberStepsLocallyAndPublishesItsRoundAndOffer) {
-  Logic l(1);
+// Member 0 starts, knows it is alone (no patience) and ends one round on its own.
+void first_round_alone(Logic& l, float theta) {
   l.m[0]->engine.start(initial(), l.now);
   l.m[0]->engine.set_patience(milliseconds(0));
   ASSERT_TRUE(l.run_until([&] { return l.m[0]->engine.idle(); }, milliseconds(1000)));
-  l.submit(0, 0.5f);
+  l.submit(0, theta);
   ASSERT_TRUE(l.run_until([&] { return !l.m[0]->reports.empty(); }, milliseconds(10'000)));
+}
+
+TEST(RoundLogic, ALoneMemberStepsLocallyAndPublishesItsRoundAndOffer) {
+  Logic l(1);
+  ASSERT_NO_FATAL_FAILURE(first_round_alone(l, 0.5f));
   const RoundReport& r = l.m[0]->reports.front();
   EXPECT_EQ(r.kind, RoundReport::Kind::round);
   EXPECT_TRUE(r.local_only);
@@ -240,11 +245,7 @@ TEST(RoundLogic, AModeRecordInTheStoreSwitchesTheSchedule) {
 
 TEST(RoundLogic, AJoinerDownloadsTheDonorsStateFromItsOffer) {
   Logic l(2);
-  l.m[0]->engine.start(initial(), l.now);
-  l.m[0]->engine.set_patience(milliseconds(0));
-  ASSERT_TRUE(l.run_until([&] { return l.m[0]->engine.idle(); }, milliseconds(1000)));
-  l.submit(0, 0.25f);
-  ASSERT_TRUE(l.run_until([&] { return !l.m[0]->reports.empty(); }, milliseconds(10'000)));
+  ASSERT_NO_FATAL_FAILURE(first_round_alone(l, 0.25f));
   l.m[1]->engine.join(l.now, kValues);
   ASSERT_TRUE(l.run_until([&] { return !l.m[1]->reports.empty(); }, milliseconds(20'000)));
   const RoundReport& r = l.m[1]->reports.front();
