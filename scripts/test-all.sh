@@ -5,13 +5,14 @@
 #
 #   (a) scripts/install-deps.sh                     (apt is skipped when everything is installed)
 #   (b) build/       RelWithDebInfo: build, ctest
-#   (c) build-asan/  GCC, ASan + UBSan (assertions on): build, ctest (all but labels netns, long)
+#   (c) build-asan/  clang, ASan + UBSan and libFuzzer's coverage (assertions on): build, ctest
+#                    (all but labels netns, long)
 #   (t) build-tsan/  GCC, ThreadSanitizer (assertions on): the unit and in-process test binaries
 #                    only, ctest label unit (not: sim, one thread in virtual time; process, netns,
 #                    trainer, other processes; fuzz); third-party libraries built without it are
 #                    named in tests/tsan.supp
-#   (d) build-fuzz/  clang, libFuzzer (assertions on): each fuzz target for a short slice over a
-#                    fresh copy of its seed corpus (in fuzz-corpus/); any crash fails the script
+#   (d) build-asan/'s fuzz targets (libFuzzer): each for a short slice over a fresh copy of its
+#                    seed corpus (in fuzz-corpus/); any crash fails the script
 #
 # Environment:
 #   GROVE_TEST_QUICK=1       run (a) and (b) only, for local iteration
@@ -29,10 +30,10 @@ readonly fuzz_seconds=${GROVE_FUZZ_SECONDS:-15}
 readonly fuzz_short=" run_config checkpoint status trainer "
 readonly quick=${GROVE_TEST_QUICK:-0}
 readonly only=${GROVE_TEST_ONLY:-}
-# Sanitizer and fuzz builds keep assert() (RelWithDebInfo's default flags add -DNDEBUG), and
-# compile with -Og / -O1 and line tables only: with ASan + UBSan, -Og compiles the Asio-heavy
-# files ~30% faster than -O1 (transport/host.cpp: 20 s against 28.5 s), and the sanitizer
-# builds are the longest steps of CI.
+# Sanitizer builds keep assert() (RelWithDebInfo's default flags add -DNDEBUG), and compile
+# with -Og and line tables only: with ASan + UBSan, GCC's -Og compiles the Asio-heavy files ~30%
+# faster than -O1 (transport/host.cpp: 20 s against 28.5 s), and the sanitizer builds are the
+# longest steps of CI.
 readonly checked_flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-Og -g1")
 
 step() { printf '\n==== [%s] %s\n' "$(date '+%F %T')" "$*"; }
@@ -91,9 +92,14 @@ if [[ "$quick" == 1 ]]; then
   exit 0
 fi
 
-step "(c) build-asan/: configure and build (ASan + UBSan)"
-configure_and_build build-asan "${checked_flags[@]}" \
-  -DGROVE_SANITIZE=ON -DGROVE_BUILD_BENCH=OFF -DGROVE_WITH_TORCH=OFF
+step "(c) build-asan/: configure and build (clang, ASan + UBSan, libFuzzer targets)"
+drop_stale_cache build-asan '^CMAKE_CXX_COMPILER:.*clang++' '^GROVE_FUZZ:BOOL=ON$' \
+  '^CMAKE_GENERATOR:INTERNAL=Ninja$'
+# One sanitizer build for the tests and the fuzz targets (clang's -Og is -O1): everything is
+# compiled once, with ASan, UBSan and libFuzzer's coverage instrumentation.
+CXX=clang++ cmake -S . -B build-asan -G Ninja "${checked_flags[@]}" \
+  -DGROVE_SANITIZE=ON -DGROVE_FUZZ=ON -DGROVE_BUILD_BENCH=OFF -DGROVE_WITH_TORCH=OFF
+cmake --build build-asan -j "$jobs"
 step "(c) build-asan/: ctest (without the tests labelled netns or long: they run in (b))"
 # The namespace tests (label netns: NAT routers, miniupnpd, Avahi) drive the same code paths as
 # the loopback process tests, which do run here: relays, dial-backs, address-less peers; label
@@ -103,18 +109,10 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
 
 tsan
 
-step "(d) build-fuzz/: configure and build (clang, libFuzzer)"
-drop_stale_cache build-fuzz '^CMAKE_CXX_COMPILER:.*clang++' '^CMAKE_GENERATOR:INTERNAL=Ninja$'
-# (clang's -Og is -O1)
-CXX=clang++ cmake -S . -B build-fuzz -G Ninja "${checked_flags[@]}" \
-  -DGROVE_FUZZ=ON -DGROVE_WITH_TORCH=OFF -DGROVE_BUILD_BENCH=OFF
-# The fuzz targets and the libraries they link, nothing else: the other binaries run in (b), (c).
-cmake --build build-fuzz -j "$jobs" --target fuzzers
-
 work=fuzz-corpus  # git-ignored: working corpora, logs and crash artifacts
 failed=()
 found=0
-for bin in build-fuzz/tests/fuzz/fuzz_*; do
+for bin in build-asan/tests/fuzz/fuzz_*; do
   [[ -f "$bin" && -x "$bin" ]] || continue
   found=$((found + 1))
   name=${bin##*/fuzz_}
@@ -144,7 +142,7 @@ for bin in build-fuzz/tests/fuzz/fuzz_*; do
   fi
 done
 if ((found == 0)); then
-  echo "test-all: no fuzz targets in build-fuzz/tests/fuzz" >&2
+  echo "test-all: no fuzz targets in build-asan/tests/fuzz" >&2
   exit 1
 fi
 if ((${#failed[@]})); then
