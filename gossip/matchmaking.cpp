@@ -180,14 +180,29 @@ std::uint64_t window_after(Time now, Time lead, Time window) {
 }  // namespace
 
 Time Matchmaker::read_time(Time now) const {
-  const auto w = window_after(now, opts_.min_lead, opts_.window);
+  const auto w = window_after(now, lead(), opts_.window);
   return Time(static_cast<std::int64_t>(w) * opts_.window.count()) + opts_.settle;
+}
+
+Time Matchmaker::lead() const {
+  if (write_times_.size() < 3) return opts_.min_lead;
+  std::vector<Time> t(write_times_.begin(), write_times_.end());
+  std::nth_element(t.begin(), t.end() - 3, t.end());
+  return std::clamp(*(t.end() - 3), opts_.min_lead, std::max(opts_.min_lead, opts_.max_lead));
+}
+
+void Matchmaker::on_written(std::uint64_t window, Time started, Time close) {
+  const Time now = store_.now();
+  write_times_.push_back(now - started);
+  while (write_times_.size() > 8) write_times_.pop_front();
+  written_window_ = window;
+  if (now > close) late_window_ = window;
 }
 
 void Matchmaker::publish(Time now) {
   ++attempt_;
   const auto w = opts_.window.count();
-  window_ = std::max(window_ + 1, window_after(now, opts_.min_lead, opts_.window));
+  window_ = std::max(window_ + 1, window_after(now, lead(), opts_.window));
   const Time close{static_cast<std::int64_t>(window_) * w};
   read_at_ = close + opts_.settle;
   give_up_at_ = read_at_ + opts_.read_timeout;
@@ -207,7 +222,8 @@ void Matchmaker::publish(Time now) {
   info.fresh = fresh_;
   // seq = window: a later window's record replaces an earlier one in our slot.
   store_.write(ready_key(run_id_, window_, bucket_, buckets_), "ready", window_,
-               close + 4 * opts_.window, encode_ready(info), now);
+               close + 4 * opts_.window, encode_ready(info), now,
+               [this, window = window_, now, close](bool) { on_written(window, now, close); });
 }
 
 void Matchmaker::on_timer(Time now) {
@@ -239,6 +255,7 @@ void Matchmaker::on_read(std::uint64_t attempt, std::vector<dht::Record> records
   MatchResult r;
   r.window = window_;
   r.buckets = buckets_;
+  r.write_late = late_window_ == window_ || written_window_ != window_;
   struct Seen {
     NodeId id;
     std::uint64_t round;
@@ -257,7 +274,10 @@ void Matchmaker::on_read(std::uint64_t attempt, std::vector<dht::Record> records
         info->group != opts_.same_round)
       continue;
     const NodeId id = rec.owner_id();
-    if (id != store_.id() && live_ && !live_(id)) continue;  // stale or departed member
+    if (id != store_.id() && live_ && !live_(id)) {  // stale or departed member
+      ++r.ready_not_live;
+      continue;
+    }
     // A record stored under a bucket its owner does not land in (a member writing to several
     // buckets to be grouped several times) is left out.
     if (buckets_ > 1 && bucket_of(run_id_, window_, id, buckets_) != bucket_) continue;

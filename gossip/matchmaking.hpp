@@ -1,12 +1,14 @@
 // Matchmaking through the DHT, without a coordinator or a global barrier.
 //
 // Time is cut into windows of `window` (wall clock, the DHT's record time). A node that has
-// finished its inner steps declares itself ready for the first window that closes at least
-// `min_lead` from now: it stores a signed ready record (its addresses, run, round, window) under
-// key("grove/run/<run>/ready/<window>"). When the window has closed and `settle` more has passed,
-// it reads that key (visiting the k closest nodes, so every writer is seen) and keeps the
-// records of this run and window whose owners pass the live filter (the round engine's: no member
-// seen leaving or expiring). Every node that reads the same set computes the same groups:
+// finished its inner steps declares itself ready for the first window that closes at least its
+// lead from now (`min_lead`, or the time its own recent ready writes took when that is longer,
+// so that its record is stored before the close): it stores a signed ready record (its
+// addresses, run, round, window) under key("grove/run/<run>/ready/<window>"). When the window
+// has closed and `settle` more has passed, it reads that key (visiting the k closest nodes, so
+// every writer is seen) and keeps the records of this run and window whose owners pass the live
+// filter (the round engine's: no member seen leaving or expiring). Every node that reads the same
+// set computes the same groups:
 //   members ordered by BLAKE2b-256(run ‖ window ‖ id), taken two at a time; an odd one out joins
 //   the last pair (a group of three).
 // The order changes with every window, so partners are random and different every round. A node
@@ -23,6 +25,7 @@
 #pragma once
 
 #include <array>
+#include <deque>
 #include <functional>
 #include <map>
 #include <optional>
@@ -36,8 +39,11 @@ namespace grove::gossip {
 
 struct MatchOptions {
   Time window{10'000};
-  Time min_lead{2'000};  ///< a ready record must be out this long before its window closes
-  Time settle{1'500};    ///< after the close: time for records to spread before the read
+  /// A ready record must be out this long before its window closes; more when this node's own
+  /// ready writes have been taking longer (Matchmaker::lead(): measured, at most max_lead).
+  Time min_lead{2'000};
+  Time max_lead{20'000};
+  Time settle{1'500};  ///< after the close: time for records to spread before the read
   Time read_timeout{8'000};
   /// A node left alone in its window tries the following windows while it has been waiting for
   /// less than this (0 = one window only). Others are not held up: they pair in their own
@@ -123,6 +129,7 @@ struct MatchResult {
   std::vector<NodeId> group;  ///< our group, ourselves included; size 1 = no partner
   std::map<NodeId, std::string> addresses;
   std::size_t ready_seen = 0;      ///< ready records of this window that passed the checks
+  std::size_t ready_not_live = 0;  ///< records of this window left out: their owner seemed gone
   std::string note;                ///< why the group is of one, when it is
   std::uint64_t swarm_round = 0;   ///< the round most ready records name (average_phi: the highest)
   std::size_t at_swarm_round = 0;  ///< ready records at swarm_round (they will end it together)
@@ -132,6 +139,7 @@ struct MatchResult {
   bool behind = false;             ///< same_round: a record of the group says `behind`
   bool all_fresh = false;          ///< same_round: every record of the group says `fresh`
   std::size_t buckets = 1;         ///< the window's ready records were spread over this many keys
+  bool write_late = false;         ///< our ready record was not stored before the window closed
 };
 
 class Matchmaker {
@@ -155,6 +163,12 @@ class Matchmaker {
   bool busy() const { return state_ != State::idle; }
   /// When a ready() at `now` would read its window's records.
   Time read_time(Time now) const;
+  /// How long before its window's close a ready record is written: MatchOptions::min_lead, or
+  /// the time our recent ready writes took (lookup and stores; the third longest of the last
+  /// eight, so that one stray slow write does not move it) when that is longer, at most
+  /// max_lead. A record still on its way when the window closes is missed by some readers, who
+  /// then group without it while the others pair with it: both pairs fail.
+  Time lead() const;
 
   void on_timer(Time now);
   std::optional<Time> next_deadline() const;
@@ -164,6 +178,7 @@ class Matchmaker {
   void finish(MatchResult r);
   void on_read(std::uint64_t attempt, std::vector<dht::Record> records);
   void publish(Time now);
+  void on_written(std::uint64_t window, Time started, Time close);
 
   dht::RecordStore& store_;
   std::string run_id_;
@@ -179,6 +194,8 @@ class Matchmaker {
   std::uint32_t wait_for_ = 0;
   bool behind_ = false, fresh_ = false;
   Time read_at_{0}, give_up_at_{0}, first_ready_{0};
+  std::deque<Time> write_times_;  ///< the last ready writes' durations, newest last
+  std::uint64_t written_window_ = 0, late_window_ = 0;  ///< windows whose write ended (late)
   std::vector<std::string> addresses_;
   std::function<void(MatchResult)> done_;
 };

@@ -171,6 +171,10 @@ void RoundEngine::on_match(MatchResult m, Time now) {
   r.round = state_.round;
   r.mode = round_mode_;
   r.group = m.group;
+  r.window = m.window;
+  r.ready_seen = m.ready_seen;
+  r.ready_not_live = m.ready_not_live;
+  r.ready_late = m.write_late;
   const bool diloco = round_mode_ == OuterMode::diloco;
   if (diloco && m.out_of_sync) {
     // Behind the window's majority: take the state that group will hold after its round, or,
@@ -253,6 +257,10 @@ void RoundEngine::on_match(MatchResult m, Time now) {
   }
   op_ = op;
   group_ = m.group;
+  window_ = m.window;
+  ready_seen_ = m.ready_seen;
+  ready_not_live_ = m.ready_not_live;
+  ready_late_ = m.write_late;
   phase_ = Phase::running;
   ops_.push_back(std::move(start));
 }
@@ -287,6 +295,10 @@ void RoundEngine::on_op_finished(std::unique_ptr<Protocol> p, Time now) {
   r.round = state_.round;
   r.mode = round_mode_;
   r.group = group_;
+  r.window = window_;
+  r.ready_seen = ready_seen_;
+  r.ready_not_live = ready_not_live_;
+  r.ready_late = ready_late_;
   op_.reset();
   if (!p) {
     r.note = "the driver could not run the operation";

@@ -86,7 +86,11 @@ struct RoundReport {
   Kind kind = Kind::round;
   std::uint64_t round = 0;  ///< round: the round that ended; synced: the round we are at now
   OuterMode mode = OuterMode::noloco;
-  std::vector<NodeId> group;          ///< as matched (ourselves included)
+  std::vector<NodeId> group;       ///< as matched (ourselves included)
+  std::uint64_t window = 0;        ///< round: the matchmaking window it was matched in
+  std::size_t ready_seen = 0;      ///< round: the window's ready records the match read
+  std::size_t ready_not_live = 0;  ///< round: records left out, their owners seemed gone
+  bool ready_late = false;  ///< round: our ready record was not stored before its window closed
   std::vector<NodeId> averaged_with;  ///< partners whose tensors were used
   bool local_only = false;
   std::uint64_t bytes_sent = 0, bytes_received = 0;
@@ -281,6 +285,10 @@ class RoundEngine {
   std::uint64_t group_round_ = 0;  // the round the group agreed on
   std::optional<OpId> op_;
   std::vector<NodeId> group_;
+  std::uint64_t window_ = 0;    ///< the running op's matchmaking window (for its report)
+  std::size_t ready_seen_ = 0;  ///< the ready records its match read
+  bool ready_late_ = false;
+  std::size_t ready_not_live_ = 0;  ///< and those it left out as gone
   std::vector<StartOp> ops_;
   std::vector<RoundReport> reports_;
 

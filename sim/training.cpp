@@ -308,6 +308,59 @@ std::string reason_of(const std::string& note) {
   return out.empty() ? "(no note)" : out;
 }
 
+// For every partner a round was matched with but not averaged with (its exchange failed):
+// what that partner's own round of the same window shows, counted by outcome, most frequent
+// first. Tells a partner that read another set of ready records (and grouped otherwise) from
+// one that was matched with us too (the exchange itself failed) and from one that has no round
+// of that window (it tried a later window).
+std::vector<std::pair<std::size_t, std::string>> partner_outcomes(
+    Swarm& s, const std::vector<std::size_t>& reports0) {
+  std::map<gossip::NodeId, std::size_t> index;
+  for (std::size_t i = 0; i < s.size(); ++i) index[s.id(i)] = i;
+  std::map<std::string, std::size_t> count;
+  for (std::size_t i = 0; i < reports0.size(); ++i) {
+    const auto& reps = s.reports(i);
+    for (std::size_t j = reports0[i]; j < reps.size(); ++j) {
+      const auto& r = reps[j];
+      if (r.kind != gossip::RoundReport::Kind::round || r.group.size() < 2) continue;
+      for (const auto& p : r.group) {
+        if (p == s.id(i) ||
+            std::find(r.averaged_with.begin(), r.averaged_with.end(), p) != r.averaged_with.end())
+          continue;
+        const auto it = index.find(p);
+        const gossip::RoundReport* theirs = nullptr;
+        if (it != index.end())
+          for (const auto& q : s.reports(it->second))
+            if (q.kind == gossip::RoundReport::Kind::round && q.window == r.window) theirs = &q;
+        std::string what;
+        if (!theirs) {
+          what = "no round of that window (it moved on to a later window)";
+        } else if (std::find(theirs->group.begin(), theirs->group.end(), s.id(i)) ==
+                   theirs->group.end()) {
+          what =
+              std::string("grouped without us, having read ") +
+              (theirs->ready_seen < r.ready_seen   ? "fewer"
+               : theirs->ready_seen > r.ready_seen ? "more"
+                                                   : "as many") +
+              " ready records, " + std::to_string(theirs->ready_not_live) +
+              " from members it thought gone (" +
+              (theirs->group.size() < 2 ? "alone: " + reason_of(theirs->note) : "another group") +
+              ")";
+        } else {
+          what = "matched with us too (groups of " + std::to_string(r.group.size()) + " and " +
+                 std::to_string(theirs->group.size()) + ", it averaged with " +
+                 std::to_string(theirs->averaged_with.size()) + "): " + reason_of(theirs->note);
+        }
+        ++count[what];
+      }
+    }
+  }
+  std::vector<std::pair<std::size_t, std::string>> out;
+  for (auto& [what, n] : count) out.emplace_back(n, what);
+  std::sort(out.rbegin(), out.rend());
+  return out;
+}
+
 double quantile(std::vector<double> v, double q) {
   if (v.empty()) return NAN;
   std::sort(v.begin(), v.end());
@@ -437,6 +490,20 @@ int run_scale(const Args& a, const std::string& out) {
     std::sort(top.rbegin(), top.rend());
     for (std::size_t j = 0; j < std::min<std::size_t>(top.size(), 4); ++j)
       std::printf("        local-only %6zu: %.150s\n", top[j].first, top[j].second.c_str());
+    std::size_t late = 0, matched = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto& reps = s.reports(i);
+      for (std::size_t j = reports0[i]; j < reps.size(); ++j)
+        if (reps[j].kind == gossip::RoundReport::Kind::round && reps[j].window) {
+          ++matched;
+          late += reps[j].ready_late;
+        }
+    }
+    std::printf("        ready records not stored before their window closed: %zu of %zu\n", late,
+                matched);
+    for (const auto& [count, what] : partner_outcomes(s, reports0))
+      std::printf("        a matched partner that was not averaged with %6zu: %s\n", count,
+                  what.c_str());
     std::fflush(stdout);
     csv.row({mode_s, std::to_string(n), std::to_string(with_state), fmt(quantile(join_s, 0.5)),
              fmt(quantile(join_s, 0.95)), fmt(mean_kbps), fmt(quantile(kbps, 0.95)),

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "tests/dht/swarm_util.hpp"
+#include "tests/gossip/fake_store.hpp"
 
 namespace grove::gossip {
 namespace {
@@ -443,6 +444,70 @@ TEST(Matchmaking, AloneInAWindowMeansALocalOnlyRound) {
     EXPECT_EQ(o.r.group.size(), 1u);
     EXPECT_EQ(o.r.note, "nobody else was ready in this window");
   }
+}
+
+// A member whose ready writes take longer than min_lead (a far or loaded path to the key's
+// holders) writes for a later window once it has measured that, so that its record is stored
+// before the window closes and every reader sees it.
+TEST(Matchmaking, LeadFollowsTheMeasuredWriteTime) {
+  auto board = std::make_shared<test::Board>();
+  test::FakeStore slow(board), fast(board);
+  MatchOptions o;
+  o.window = Time(2000);
+  o.min_lead = Time(500);
+  o.settle = Time(300);
+  o.read_timeout = Time(4000);
+  o.patience = Time(0);
+  Matchmaker ms(slow, "run-l", o), mf(fast, "run-l", o);
+  EXPECT_EQ(ms.lead(), o.min_lead);
+  const Time write_time(1200);  // the slow member's writes are stored this long after the call
+  std::vector<MatchResult> got;
+  auto round = [&](std::uint64_t n, Time t) {
+    got.clear();
+    for (auto* m : {&ms, &mf})
+      m->ready(n, {"x"}, t, [&](MatchResult r) { got.push_back(std::move(r)); });
+    fast.deliver(t);
+    slow.deliver(t + write_time);  // only the slow member's write is due
+    const Time read = std::max(*ms.next_deadline(), *mf.next_deadline());
+    EXPECT_EQ(*ms.next_deadline(), *mf.next_deadline()) << "both read one window";
+    ms.on_timer(read);
+    mf.on_timer(read);
+    slow.deliver(read);
+    fast.deliver(read);
+    return read;
+  };
+  // Ready 600 ms before a close: min_lead alone picks that window, which closes before the slow
+  // write is stored (the fake still lets both readers see it; a DHT's readers may not).
+  Time read = round(0, Time(1400));
+  EXPECT_EQ(read, Time(2000) + o.settle);
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_TRUE(got[0].write_late);   // the slow member's own result comes first
+  EXPECT_FALSE(got[1].write_late);  // the fast one's
+  for (std::uint64_t n = 1; n < 3; ++n) round(n, Time(1400 + 4000 * std::int64_t(n)));
+  EXPECT_EQ(ms.lead(), write_time);
+  EXPECT_EQ(mf.lead(), o.min_lead);  // each member measures its own writes
+  // Now the slow member skips the window it could not make: the next closes 2.6 s after ready.
+  got.clear();
+  const Time t(13'400);
+  ms.ready(3, {"x"}, t, [&](MatchResult r) { got.push_back(std::move(r)); });
+  mf.ready(3, {"x"}, t, [&](MatchResult r) { got.push_back(std::move(r)); });
+  EXPECT_EQ(*ms.next_deadline(), Time(16'000) + o.settle);
+  EXPECT_EQ(*mf.next_deadline(), Time(14'000) + o.settle);
+  // A lead never passes max_lead, however slow the writes.
+  MatchOptions capped = o;
+  capped.max_lead = Time(1000);
+  test::FakeStore s2(board);
+  Matchmaker mc(s2, "run-l", capped);
+  for (std::uint64_t n = 0; n < 3; ++n) {
+    const Time at(40'000 + 4000 * std::int64_t(n));
+    bool done = false;
+    mc.ready(n, {"x"}, at, [&](MatchResult) { done = true; });
+    s2.deliver(at + Time(3000));  // the write is stored 3 s after the call
+    mc.on_timer(std::max(s2.now(), *mc.next_deadline()));
+    s2.deliver(s2.now());
+    EXPECT_TRUE(done);
+  }
+  EXPECT_EQ(mc.lead(), capped.max_lead);
 }
 
 }  // namespace
