@@ -8,13 +8,15 @@
 namespace grove::gossip {
 
 CatchUp::CatchUp(dht::RecordStore& store, std::string run_id, std::uint64_t min_round,
-                 std::set<NodeId> donors, CatchUpOptions opts, Time now)
+                 std::set<NodeId> donors, CatchUpOptions opts, Time now,
+                 std::optional<SyncPartial> resume)
     : store_(store),
       run_id_(std::move(run_id)),
       min_round_(min_round),
       donors_(std::move(donors)),
       opts_(std::move(opts)),
-      started_(now) {
+      started_(now),
+      partial_(std::move(resume)) {
   // A donor's offer cannot make us allocate more than a state of our size can take.
   if (opts_.values)
     opts_.sync.max_size =
@@ -61,9 +63,19 @@ void CatchUp::on_offers(std::vector<dht::Record> records, Time now) {
   std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) {
     return a.second.round != b.second.round ? a.second.round > b.second.round : a.first < b.first;
   });
+  // The snapshot an earlier attempt had begun, when a donor still offers it, goes first: only
+  // its missing chunks are fetched.
+  if (partial_)
+    std::stable_partition(found.begin(), found.end(),
+                          [&](const auto& f) { return f.second.root == partial_->root; });
   std::vector<StateOffer> offers;
   for (auto& [h, o] : found) offers.push_back(std::move(o));
-  download_ = std::make_unique<StateDownload>(run_id_, std::move(offers), opts_.sync, now);
+  download_ = std::make_unique<StateDownload>(run_id_, std::move(offers), opts_.sync, now,
+                                              std::exchange(partial_, std::nullopt));
+}
+
+SyncProgress CatchUp::progress(Time now) const {
+  return download_ ? download_->progress(now) : SyncProgress{};
 }
 
 std::vector<StateDownload::Request> CatchUp::take_requests() {
@@ -115,6 +127,8 @@ void CatchUp::settle() {
 
 void CatchUp::fail(std::string why) {
   failure_ = std::move(why);
+  if (download_)
+    if (auto p = download_->take_partial()) partial_ = std::move(p);
   download_.reset();
   retry_at_ = Time::max();
   status_ = OpStatus::failed;

@@ -2,9 +2,10 @@
 // with its group. It reads the donors' signed offers of the run's state (dht key state_key(run),
 // subkey "state"), again every quarter window while none of at least `min_round` is there (up to
 // `offers_wait`), orders them newest round first (joiners spread over the donors of one round by
-// a hash of both ids), and downloads the first through StateDownload (verified chunks, the next
-// donor when one fails). Sans-IO: the DHT is the engine's, the requests go out through the
-// driver, the time comes with every call.
+// a hash of both ids; an offer of the snapshot an earlier attempt had begun comes first), and
+// downloads the first through StateDownload (verified chunks, the next donor when one fails;
+// the verified chunks are kept for the next attempt when all fail). Sans-IO: the DHT is the
+// engine's, the requests go out through the driver, the time comes with every call.
 #pragma once
 
 #include <memory>
@@ -30,7 +31,8 @@ class CatchUp {
   /// Starts reading the offers of `run_id` for a state of at least `min_round`; from `donors`
   /// only when given.
   CatchUp(dht::RecordStore& store, std::string run_id, std::uint64_t min_round,
-          std::set<NodeId> donors, CatchUpOptions opts, Time now);
+          std::set<NodeId> donors, CatchUpOptions opts, Time now,
+          std::optional<SyncPartial> resume = std::nullopt);
   ~CatchUp();
   CatchUp(const CatchUp&) = delete;
   CatchUp& operator=(const CatchUp&) = delete;
@@ -41,6 +43,10 @@ class CatchUp {
   optim::ByteBuffer take_blob();
   /// The offer whose state was downloaded.
   const StateOffer& offer() const { return offer_; }
+  /// After a failure: the chunks verified so far, for the next attempt.
+  std::optional<SyncPartial> take_partial() { return std::exchange(partial_, std::nullopt); }
+  /// The download's progress (zero until the offers are read and a manifest is in).
+  SyncProgress progress(Time now) const;
 
   std::vector<StateDownload::Request> take_requests();
   void on_response(std::uint64_t id, std::span<const std::uint8_t> body, Time now);
@@ -68,6 +74,7 @@ class CatchUp {
   std::string failure_;
   StateOffer offer_;
   optim::ByteBuffer blob_;
+  std::optional<SyncPartial> partial_;  // until the download starts; again after it failed
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 

@@ -23,6 +23,8 @@ const char* to_string(RoundReport::Kind k) {
       return "synced";
     case RoundReport::Kind::sync_failed:
       return "sync_failed";
+    case RoundReport::Kind::sync_progress:
+      return "sync_progress";
   }
   return "?";
 }
@@ -517,7 +519,27 @@ void RoundEngine::begin_sync(std::uint64_t min_round, bool joining, std::string 
   o.offers_retry = std::clamp(opts_.match.window / 4, Time(100), Time(2000));
   o.values = has_state_ ? std::optional(state_.phi.size()) : expect_values_;
   catch_up_.reset();
-  catch_up_ = std::make_unique<CatchUp>(store_, run_id_, min_round, std::move(donors), o, now);
+  progress_bytes_ = 0;
+  progress_at_ = now;
+  catch_up_ = std::make_unique<CatchUp>(store_, run_id_, min_round, std::move(donors), o, now,
+                                        std::exchange(sync_partial_, std::nullopt));
+}
+
+void RoundEngine::report_progress(Time now) {
+  if (!catch_up_ || now - progress_at_ < Time(1000)) return;
+  const auto p = catch_up_->progress(now);
+  if (p.bytes <= progress_bytes_) return;
+  progress_bytes_ = p.bytes;
+  progress_at_ = now;
+  RoundReport r;
+  r.kind = RoundReport::Kind::sync_progress;
+  r.round = state_.round;
+  r.mode = mode_of(state_.round);
+  r.sync_bytes = p.bytes;
+  r.sync_total = p.total;
+  r.sync_rate = p.rate;
+  r.sync_time = now - sync_started_;
+  reports_.push_back(std::move(r));
 }
 
 std::vector<StateDownload::Request> RoundEngine::take_state_requests() {
@@ -529,6 +551,7 @@ void RoundEngine::on_state_response(std::uint64_t id, std::span<const std::uint8
                                     Time now) {
   if (phase_ != Phase::syncing || !catch_up_) return;
   catch_up_->on_response(id, body, now);
+  report_progress(now);
   sync_done(now);
 }
 
@@ -550,6 +573,7 @@ void RoundEngine::sync_done(Time now) {
   w->serialise = opts_.serve_state && server_;
   sync_offer_ = catch_up_->offer();
   catch_up_.reset();
+  sync_partial_.reset();
   hand_over(std::move(w));
 }
 
@@ -580,6 +604,9 @@ void RoundEngine::synced(const std::shared_ptr<StepWork>& w, Time now) {
 }
 
 void RoundEngine::sync_failed(std::string why, Time now) {
+  // A joiner keeps what it verified for its next attempt; a member that has a state of its own
+  // does not hold a second one.
+  if (catch_up_ && !has_state_) sync_partial_ = catch_up_->take_partial();
   catch_up_.reset();
   RoundReport r;
   r.round = state_.round;

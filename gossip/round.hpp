@@ -82,6 +82,9 @@ struct RoundReport {
     round,        ///< a round ended: the new φ is in state()
     synced,       ///< the state was replaced by a downloaded one (join or catch-up)
     sync_failed,  ///< a join found no usable state (the node decides: retry or give up)
+    /// a state sync under way verified more of the state (at most about once a second):
+    /// sync_bytes of sync_total at sync_rate
+    sync_progress,
   };
   Kind kind = Kind::round;
   std::uint64_t round = 0;  ///< round: the round that ended; synced: the round we are at now
@@ -94,7 +97,9 @@ struct RoundReport {
   std::vector<NodeId> averaged_with;  ///< partners whose tensors were used
   bool local_only = false;
   std::uint64_t bytes_sent = 0, bytes_received = 0;
-  Time sync_time{0};  ///< submit to new slow weights
+  Time sync_time{0};                             ///< submit to new slow weights
+  std::uint64_t sync_bytes = 0, sync_total = 0;  ///< sync_progress: verified bytes of the state
+  double sync_rate = 0;                          ///< sync_progress: bytes per second from the donor
   Digest weights_hash{};
   std::string note;
   /// A φ-sized buffer the engine is done with (the θ it was given, or the exchange's mean made
@@ -252,6 +257,7 @@ class RoundEngine {
   /// The downloaded state was parsed (w->error says why not).
   void synced(const std::shared_ptr<StepWork>& w, Time now);
   void sync_failed(std::string why, Time now);  // by value: `why` may live in catch_up_
+  void report_progress(Time now);  // a sync_progress report, at most about once a second
   void poll_modes(Time now);
   std::vector<float> delta() const;
   optim::FloatBuffer spare_;  // the last all-reduce's result buffer, for the next one
@@ -299,6 +305,10 @@ class RoundEngine {
 
   // state sync (join / catch-up)
   std::unique_ptr<CatchUp> catch_up_;
+  /// A joiner's verified chunks from a failed attempt, for the next one (join()).
+  std::optional<SyncPartial> sync_partial_;
+  Time progress_at_{0};  ///< the last sync_progress report
+  std::uint64_t progress_bytes_ = 0;
   bool joining_ = false;
   std::optional<std::size_t> expect_values_;
   Time sync_started_{0};

@@ -8,7 +8,7 @@
 //     the DHT would otherwise not answer);
 //   - snapshot jobs → hashed into a StateSnapshot on another thread of its own, handed back
 //     on the DHT strand (a state of hundreds of MB takes seconds to hash);
-//   - state requests → transport requests "state" to the donor (request_timeout each); answers
+//   - state requests → transport requests "state" to the donor (each with its deadline); answers
 //     and failures come back to the engine;
 //   - reports → the node's callback (on the DHT strand).
 // serve_state() registers the "state" request handler that answers joiners from a StateServer;

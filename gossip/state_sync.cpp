@@ -1,6 +1,7 @@
 #include "gossip/state_sync.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <msgpack.hpp>
 
@@ -155,8 +156,16 @@ transport::Result<std::vector<std::uint8_t>> StateServer::answer(
 // ---- joiner side ----
 
 StateDownload::StateDownload(std::string run_id, std::vector<StateOffer> offers,
-                             StateSyncOptions opts, Time now)
+                             StateSyncOptions opts, Time now, std::optional<SyncPartial> resume)
     : run_id_(std::move(run_id)), offers_(std::move(offers)), opts_(opts) {
+  if (resume && resume->have.size() == resume->manifest.chunks.size() &&
+      resume->blob.size() == resume->manifest.size) {
+    manifest_ = std::move(resume->manifest);
+    manifest_root_ = resume->root;
+    have_ = std::move(resume->have);
+    verified_ = resume->verified;
+    blob_ = std::move(resume->blob);
+  }
   if (offers_.empty()) {
     status_ = OpStatus::failed;
     failure_ = "no donor offers the state";
@@ -169,8 +178,16 @@ void StateDownload::start_donor(Time now) {
   const StateOffer& o = offers_[current_];
   if (o.run_id != run_id_ || o.size > opts_.max_size)
     return next_donor("offer of another run or too large", now);
+  donor_since_ = now;
+  donor_bytes_ = 0;
   if (manifest_ && manifest_root_ == o.root) {
-    fill(now);  // same snapshot: resume with the chunks we have
+    // Same snapshot: resume with the chunks we have.
+    spdlog::info(
+        "state sync: resuming from {} with {} of {} chunks ({} of {} bytes) verified",
+        dht::short_hex(o.donor), verified_, have_.size(),
+        std::min<std::uint64_t>(verified_ * std::uint64_t{manifest_->chunk_bytes}, manifest_->size),
+        manifest_->size);
+    fill(now);
     return;
   }
   manifest_.reset();
@@ -203,7 +220,11 @@ void StateDownload::request(std::optional<std::uint32_t> index, Time now) {
   r.to = o.donor;
   r.address = o.address;
   r.body = encode_state_request({o.root, index});
-  r.deadline = now + opts_.request_timeout;
+  // The bytes in flight to this donor once this request is out (a manifest counts as small).
+  const std::uint64_t each = manifest_ ? manifest_->chunk_bytes : 64u << 10;
+  const double in_flight = static_cast<double>(each * (pending_.size() + 1));
+  r.deadline = now + opts_.request_floor +
+               Time(std::llround(1000.0 * opts_.rate_margin * in_flight / rate(now)));
   pending_[r.id] = {index, r.deadline};
   out_.push_back(std::move(r));
 }
@@ -237,6 +258,12 @@ void StateDownload::on_response(std::uint64_t id, std::span<const std::uint8_t> 
     have_.assign(manifest_->chunks.size(), false);
     blob_.clear();
     blob_.resize(manifest_->size);
+    spdlog::info(
+        "state sync: {} bytes of round {} in {} chunks of {} from {}; a request is given {} s "
+        "plus its bytes in flight at {:.2f} MB/s (then the measured rate) x {}",
+        manifest_->size, manifest_->round, manifest_->chunks.size(), manifest_->chunk_bytes,
+        dht::short_hex(o.donor), opts_.request_floor.count() / 1000, opts_.min_rate / 1e6,
+        opts_.rate_margin);
     if (manifest_->chunks.empty()) {
       status_ = OpStatus::done;
       return;
@@ -254,6 +281,7 @@ void StateDownload::on_response(std::uint64_t id, std::span<const std::uint8_t> 
   std::memcpy(blob_.data() + off, body.data(), len);
   have_[c] = true;
   ++fetched_;
+  donor_bytes_ += len;
   next_chunk_ = c + 1;
   if (++verified_ == have_.size()) {
     status_ = OpStatus::done;
@@ -271,7 +299,46 @@ void StateDownload::on_failure(std::uint64_t id, Time now) {
 void StateDownload::on_timer(Time now) {
   if (status_ != OpStatus::running) return;
   for (const auto& [id, p] : pending_)
-    if (now >= p.deadline) return next_donor("request timed out", now);
+    if (now >= p.deadline) {
+      const double r = rate(now);
+      return next_donor(
+          (p.index ? "chunk " + std::to_string(*p.index) : std::string("the manifest")) +
+              " not answered by its deadline (" + std::to_string(pending_.size()) +
+              " requests in flight at " + (donor_bytes_ ? "the measured " : "the assumed ") +
+              std::to_string(static_cast<long long>(r / 1000)) + " kB/s)",
+          now);
+    }
+}
+
+double StateDownload::rate(Time now) const {
+  const double secs = static_cast<double>((now - donor_since_).count()) / 1000.0;
+  const double measured = donor_bytes_ && secs > 0 ? static_cast<double>(donor_bytes_) / secs : 0;
+  return std::max(measured, opts_.min_rate);
+}
+
+SyncProgress StateDownload::progress(Time now) const {
+  SyncProgress p;
+  if (!manifest_) return p;
+  p.total = manifest_->size;
+  p.bytes = std::min<std::uint64_t>(verified_ * std::uint64_t{manifest_->chunk_bytes}, p.total);
+  if (!have_.empty() && have_.back() && verified_ < have_.size())  // the short last chunk
+    p.bytes -= manifest_->chunk_bytes * std::uint64_t{have_.size()} - manifest_->size;
+  const double secs = static_cast<double>((now - donor_since_).count()) / 1000.0;
+  p.rate = donor_bytes_ && secs > 0 ? static_cast<double>(donor_bytes_) / secs : 0;
+  return p;
+}
+
+std::optional<SyncPartial> StateDownload::take_partial() {
+  if (!manifest_ || verified_ == 0 || status_ == OpStatus::done) return std::nullopt;
+  SyncPartial p;
+  p.root = manifest_root_;
+  p.manifest = std::move(*manifest_);
+  p.have = std::move(have_);
+  p.verified = verified_;
+  p.blob = std::move(blob_);
+  manifest_.reset();
+  verified_ = 0;
+  return p;
 }
 
 std::optional<Time> StateDownload::next_deadline() const {

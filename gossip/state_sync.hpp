@@ -9,9 +9,11 @@
 //  1. asks the donor for the manifest and checks that it hashes to the signed root and matches
 //     the offer (run, round, size, a chunk count within bounds);
 //  2. asks for chunks, `parallel` at a time, and checks each against the manifest as it arrives;
-//  3. when a request fails, times out (`request_timeout`), or returns a chunk that does not
-//     match, drops that donor and goes on with the next offer. Chunks already verified are kept
-//     when the next donor offers the same root (resume); another root starts over.
+//  3. when a request fails, passes its deadline (from the bytes in flight and the rate measured
+//     from that donor: StateSyncOptions), or returns a chunk that does not match, drops that
+//     donor and goes on with the next offer. Chunks already verified are kept when the next
+//     donor offers the same root (resume), and across downloads (SyncPartial: a join's next
+//     attempt); another root starts over.
 // Serving from the snapshot means the donor keeps training while joiners download. The cores
 // are sans-IO: the joiner's StateDownload emits requests and takes responses and the time; the
 // donor's StateServer answers requests; the node's runtime carries them as RPCs.
@@ -125,10 +127,33 @@ class StateServer {
 
 struct StateSyncOptions {
   std::size_t parallel = 4;  ///< chunk requests in flight
-  Time request_timeout{30'000};
+  /// A request's deadline comes from its size: request_floor, plus the bytes in flight (its own
+  /// included) at the rate this donor has been measured to deliver, times rate_margin. Before a
+  /// chunk has arrived from the donor the rate is taken to be min_rate; a donor measured slower
+  /// than min_rate is still given min_rate's time (a slow line is not a failure; a stall is).
+  Time request_floor{10'000};
+  double min_rate = 256.0 * 1024;  ///< bytes per second (about 2 Mbit/s)
+  double rate_margin = 2.0;
   std::uint64_t max_size = std::uint64_t{64} << 30;
   std::uint32_t max_chunk_bytes = 16u << 20;
   std::size_t max_chunks = 1u << 20;
+};
+
+/// The verified part of a snapshot whose download failed: the next download of the same root
+/// (another attempt, another donor) goes on from it instead of from zero.
+struct SyncPartial {
+  Digest root{};
+  StateManifest manifest;
+  std::vector<bool> have;
+  std::size_t verified = 0;
+  optim::ByteBuffer blob;
+};
+
+/// How far a download has come: verified bytes of the snapshot's size, at the rate measured
+/// from the current donor (bytes per second; 0 before its first chunk).
+struct SyncProgress {
+  std::uint64_t bytes = 0, total = 0;
+  double rate = 0;
 };
 
 /// Joiner side: downloads one snapshot from a list of offers (best first).
@@ -141,8 +166,9 @@ class StateDownload {
     std::vector<std::uint8_t> body;
     Time deadline{0};
   };
-  StateDownload(std::string run_id, std::vector<StateOffer> offers, StateSyncOptions opts,
-                Time now);
+  /// `resume`: chunks verified by an earlier download, used when a donor offers their root.
+  StateDownload(std::string run_id, std::vector<StateOffer> offers, StateSyncOptions opts, Time now,
+                std::optional<SyncPartial> resume = std::nullopt);
 
   std::vector<Request> take_requests() { return std::exchange(out_, {}); }
   void on_response(std::uint64_t id, std::span<const std::uint8_t> body, Time now);
@@ -159,6 +185,9 @@ class StateDownload {
   const StateOffer& offer() const { return offers_.at(current_); }
   std::size_t donors_tried() const { return current_ + 1; }
   std::size_t chunks_fetched() const { return fetched_; }
+  SyncProgress progress(Time now) const;
+  /// After a failure: the verified chunks, for the next attempt (nullopt when there are none).
+  std::optional<SyncPartial> take_partial();
 
  private:
   struct Pending {
@@ -169,6 +198,7 @@ class StateDownload {
   void next_donor(const std::string& why, Time now);
   void request(std::optional<std::uint32_t> index, Time now);
   void fill(Time now);
+  double rate(Time now) const;  // the current donor's measured rate, at least min_rate
 
   std::string run_id_;
   std::vector<StateOffer> offers_;
@@ -182,6 +212,9 @@ class StateDownload {
   std::set<std::uint32_t> asked_;
   std::uint32_t next_chunk_ = 0;
   std::size_t verified_ = 0, fetched_ = 0;
+  // The current donor's delivery: bytes of verified chunks since its first request went out.
+  Time donor_since_{0};
+  std::uint64_t donor_bytes_ = 0;
   // Not zeroed when sized (every byte comes from a verified chunk): its pages are faulted in
   // chunk by chunk, not all at once when the manifest arrives.
   optim::ByteBuffer blob_;

@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include "node/status.hpp"
@@ -33,6 +35,18 @@ void Console::join_command(const std::string& command) {
 void Console::synced(std::uint64_t round, double eval, double floor) {
   std::printf("  synced   round %llu from the swarm: eval loss %s (floor %s)\n", ull(round),
               json_number(eval).c_str(), json_number(floor).c_str());
+  std::fflush(stdout);
+}
+
+void Console::syncing(std::uint64_t bytes, std::uint64_t total, double rate) {
+  const auto now = std::chrono::steady_clock::now();
+  if (!progress_ || (bytes < total && now - last_sync_ < std::chrono::seconds(5))) return;
+  last_sync_ = now;
+  const double left = rate > 0 ? static_cast<double>(total - std::min(bytes, total)) / rate : NAN;
+  std::printf("  syncing  %.2f of %.2f GB (%.0f%%) at %.2f MB/s, %s s left\n", bytes / 1e9,
+              total / 1e9,
+              total ? 100.0 * static_cast<double>(bytes) / static_cast<double>(total) : 0.0,
+              rate / 1e6, json_number(std::round(left)).c_str());
   std::fflush(stdout);
 }
 

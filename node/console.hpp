@@ -52,6 +52,10 @@ class Console {
               const std::string& outer, const std::string& codec, const std::string& advertise);
   void join_command(const std::string& command);
   void synced(std::uint64_t round, double eval, double floor);
+  /// A state sync under way: verified bytes of the total, the donor's rate (bytes per second),
+  /// and the time left at that rate; at most every 5 s (a terminal or not: a join of a large
+  /// state takes minutes, and its log must show that it moves).
+  void syncing(std::uint64_t bytes, std::uint64_t total, double rate);
   void resumed(std::uint64_t round, std::uint64_t step);
   void started(double eval, double floor);
   void trainer_socket(const std::string& path);
@@ -63,7 +67,7 @@ class Console {
  private:
   const bool progress_;
   const bool tty_;
-  std::chrono::steady_clock::time_point last_live_{};
+  std::chrono::steady_clock::time_point last_live_{}, last_sync_{};
 };
 
 }  // namespace grove::node

@@ -119,7 +119,7 @@ void Controller::train(Time now) {
 void Controller::submit(Time now) {
   in_round_ = true;
   last_submit_ = now;
-  round_deadline_ = now + (stopping_ ? opts_.stop_grace : opts_.round_wait);
+  round_deadline_ = stopping_ ? now + opts_.stop_grace : Time::max();
   push(Kind::submit);
 }
 
@@ -171,8 +171,10 @@ void Controller::on_report(const Report& r, Time now) {
   if (phase_ == Phase::joining) {
     if (r.kind == Report::Kind::synced) return start_training(Action::Source::swarm, now);
     if (r.kind == Report::Kind::sync_failed) return join_failed(r.note, now);
+    if (r.kind == Report::Kind::sync_progress) join_deadline_ = now + opts_.join_wait;
     return;
   }
+  if (r.kind == Report::Kind::sync_progress) return;  // a catch-up under way: nothing to decide
   if (phase_ != Phase::running && phase_ != Phase::leaving) return;
   if (r.kind == Report::Kind::sync_failed) {  // (only a join reports it)
     spdlog::warn("catching up failed: {}", r.note);
@@ -270,10 +272,10 @@ void Controller::exit(int code, std::string why) {
 
 void Controller::on_timer(Time now) {
   if (phase_ == Phase::joining && now >= join_deadline_)
-    return join_failed("no answer within " + std::to_string(opts_.join_wait.count() / 1000) + " s",
+    return join_failed("no progress for " + std::to_string(opts_.join_wait.count() / 1000) + " s",
                        now);
-  if (phase_ == Phase::running && in_round_ && now >= round_deadline_) {
-    spdlog::warn("leaving with a round still in flight");
+  if (phase_ == Phase::running && in_round_ && now >= round_deadline_) {  // (stopping only)
+    spdlog::warn("leaving with a round still in flight after the stop grace");
     round_deadline_ = Time::max();
     return leave(now);
   }

@@ -3,7 +3,9 @@
 // inner phase may run, what happens to θ when a round ends (restart from φ, or mix with it under
 // overlap), a non-finite inner phase dropped, how long a node left alone keeps looking for
 // partners (patience, from the measured inner phase), the checkpoint cadence, and how it stops
-// (finish the round in flight within a grace, leave the member view, last checkpoint, exit).
+// (finish the round in flight within a grace, leave the member view, last checkpoint, exit). A
+// long round is never a reason to leave: the round's operations end themselves (their deadlines
+// come from their sizes), and the node waits for them.
 //
 // It takes events (begin, reports of the round engine, the end of an inner phase, stop, the
 // member record's removal, timers) with the current time and queues actions for its driver; it
@@ -36,7 +38,10 @@ struct ControllerOptions {
   /// State syncs a joiner tries before it gives up (a resumed node tries one, then goes on from
   /// its checkpoint).
   int join_attempts = 3;
-  Time join_wait{120'000};  ///< one sync attempt's report, at most
+  /// A sync attempt that neither ends nor verifies more of the state for this long has failed
+  /// (its own requests have deadlines from their sizes; this is the backstop). A download that
+  /// makes progress is never cut off, however large the state or slow the link.
+  Time join_wait{120'000};
   /// The matchmaking window (RoundOptions::match.window): a node left alone keeps trying later
   /// windows for about one round (its last: inner phase, averaging and outer step), at least two
   /// windows, at most patience_cap.
@@ -45,9 +50,8 @@ struct ControllerOptions {
   /// A node whose view shows no other member is taken to be alone (patience 0) only once its
   /// view has had time to fill (two membership polls) since training began.
   Time settle{15'000};
-  Time round_wait{600'000};  ///< a round in flight, at most (its own deadlines end it sooner)
-  Time stop_grace{30'000};   ///< the round in flight after stop()
-  Time leave_wait{5'000};    ///< the member record's removal, at most
+  Time stop_grace{30'000};  ///< the round in flight after stop()
+  Time leave_wait{5'000};   ///< the member record's removal, at most
   /// A checkpoint after every n-th new state (round or sync), and always when leaving.
   std::uint32_t checkpoint_every = 1;
 };

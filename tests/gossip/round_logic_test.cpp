@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <map>
 #include <memory>
 
@@ -68,6 +69,10 @@ struct Logic {
   std::shared_ptr<test::Board> board = std::make_shared<test::Board>();
   std::vector<std::unique_ptr<Member>> m;
   Clock now{1'000'000};
+  std::uint32_t snapshot_chunk = 0;  ///< cut served states into chunks of this size (0: the job's)
+  /// Return true to fail a state request instead of answering it.
+  std::function<bool(const StateDownload::Request&)> fail_state;
+  std::size_t state_requests = 0, manifest_requests = 0;
 
   explicit Logic(std::size_t n, OuterMode mode = OuterMode::noloco) {
     for (std::size_t i = 0; i < n; ++i) m.push_back(std::make_unique<Member>(board, i, mode));
@@ -99,11 +104,16 @@ struct Logic {
       for (auto& job : x.engine.take_snapshot_jobs())
         x.engine.on_snapshot(
             job.seq,
-            std::make_shared<StateSnapshot>(job.run_id, job.round, job.bytes, job.chunk_bytes),
+            std::make_shared<StateSnapshot>(job.run_id, job.round, job.bytes,
+                                            snapshot_chunk ? snapshot_chunk : job.chunk_bytes),
             now);
       for (auto& req : x.engine.take_state_requests()) {
         const std::size_t donor = std::stoul(req.address.substr(1));
-        if (auto body = m[donor]->server->answer(req.body))
+        ++state_requests;
+        manifest_requests += !decode_state_request(req.body)->index;
+        if (fail_state && fail_state(req))
+          x.engine.on_state_failure(req.id, now);
+        else if (auto body = m[donor]->server->answer(req.body))
           x.engine.on_state_response(req.id, *body, now);
         else
           x.engine.on_state_failure(req.id, now);
@@ -252,6 +262,38 @@ TEST(RoundLogic, AJoinerDownloadsTheDonorsStateFromItsOffer) {
   ASSERT_EQ(r.kind, RoundReport::Kind::synced) << r.note;
   EXPECT_EQ(l.m[1]->engine.state().round, l.m[0]->engine.state().round);
   EXPECT_EQ(l.m[1]->engine.state().phi, l.m[0]->engine.state().phi);
+}
+
+// A join attempt that failed part-way hands its verified chunks to the next attempt, which
+// fetches only the rest (not the manifest, not a verified chunk again).
+TEST(RoundLogic, AJoinAttemptResumesFromTheChunksOfTheLastOne) {
+  Logic l(2);
+  l.snapshot_chunk = 64;  // the state (φ and momentum of 64 values) in about 9 chunks
+  ASSERT_NO_FATAL_FAILURE(first_round_alone(l, 0.25f));
+  std::size_t answered = 0;
+  l.fail_state = [&](const StateDownload::Request& r) {
+    return decode_state_request(r.body)->index && ++answered > 4;  // the donor fails after 4
+  };
+  l.m[1]->engine.join(l.now, kValues);
+  ASSERT_TRUE(l.run_until([&] { return !l.m[1]->reports.empty(); }, milliseconds(20'000)));
+  ASSERT_EQ(l.m[1]->reports.back().kind, RoundReport::Kind::sync_failed);
+  ASSERT_EQ(l.manifest_requests, 1u);
+  l.fail_state = nullptr;
+  l.state_requests = l.manifest_requests = 0;
+  l.m[1]->reports.clear();
+  l.m[1]->engine.join(l.now, kValues);  // the controller's next attempt
+  ASSERT_TRUE(l.run_until(
+      [&] {
+        return !l.m[1]->reports.empty() &&
+               l.m[1]->reports.back().kind != RoundReport::Kind::sync_progress;
+      },
+      milliseconds(20'000)));
+  ASSERT_EQ(l.m[1]->reports.back().kind, RoundReport::Kind::synced) << l.m[1]->reports.back().note;
+  EXPECT_EQ(l.m[1]->engine.state().phi, l.m[0]->engine.state().phi);
+  EXPECT_EQ(l.manifest_requests, 0u);
+  const auto chunks = (l.m[0]->server->latest()->size() + 63) / 64;
+  ASSERT_GT(chunks, 5u);
+  EXPECT_EQ(l.state_requests, chunks - 4);
 }
 
 TEST(RoundLogic, AJoinerWithoutOffersReportsTheFailure) {

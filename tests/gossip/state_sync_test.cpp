@@ -123,18 +123,117 @@ TEST(StateSync, FailsWhenEveryDonorFailsOrTimesOut) {
   ds.run(d);
   EXPECT_EQ(d.status(), OpStatus::failed);
 
-  // A donor that never answers: the request times out.
+  // A donor that never answers: the manifest request passes its deadline, the floor plus 64 kB
+  // (a manifest's nominal size) at min_rate with the margin: 1000 + 2 * 64 * 1024 / 65536 s.
   StateSyncOptions o;
-  o.request_timeout = dht::Time(1000);
+  o.request_floor = dht::Time(1000);
+  o.min_rate = 65536;
   StateDownload t("run-s", {offer_of(*snap, 0)}, o, dht::Time(0));
   ASSERT_EQ(t.take_requests().size(), 1u);
-  ASSERT_EQ(t.next_deadline(), dht::Time(1000));
-  t.on_timer(dht::Time(999));
+  ASSERT_EQ(t.next_deadline(), dht::Time(3000));
+  t.on_timer(dht::Time(2999));
   EXPECT_EQ(t.status(), OpStatus::running);
-  t.on_timer(dht::Time(1000));
+  t.on_timer(dht::Time(3000));
   EXPECT_EQ(t.status(), OpStatus::failed);
+  EXPECT_NE(t.failure().find("the manifest not answered by its deadline"), std::string::npos)
+      << t.failure();
   // No offers at all.
   EXPECT_EQ(StateDownload("run-s", {}, {}, dht::Time(0)).status(), OpStatus::failed);
+}
+
+// A chunk request's deadline follows its size and the donor's measured rate, not a constant: a
+// state of large chunks over a slow donor gets the time it needs; the same chunks from a fast
+// donor are given less once its rate is measured.
+TEST(StateSync, ARequestsDeadlineScalesWithItsBytesAndTheMeasuredRate) {
+  const auto blob = random_blob(8u << 20, 6);
+  auto snap = std::make_shared<StateSnapshot>("run-s", 2, blob, 1u << 20);  // 8 chunks of 1 MiB
+  StateServer srv;
+  srv.add(snap);
+  StateSyncOptions o;
+  o.parallel = 2;
+  o.request_floor = dht::Time(1000);
+  o.min_rate = 1 << 20;  // 1 MiB/s assumed
+  StateDownload d("run-s", {offer_of(*snap, 0)}, o, dht::Time(0));
+  auto reqs = d.take_requests();  // the manifest
+  ASSERT_EQ(reqs.size(), 1u);
+  d.on_response(reqs[0].id, *srv.answer(reqs[0].body), dht::Time(100));
+  reqs = d.take_requests();
+  ASSERT_EQ(reqs.size(), 2u);
+  // 1 and then 2 MiB in flight at 1 MiB/s, twice: 2 s and 4 s past the floor.
+  EXPECT_EQ(reqs[0].deadline, dht::Time(100 + 1000 + 2000));
+  EXPECT_EQ(reqs[1].deadline, dht::Time(100 + 1000 + 4000));
+  // With chunks of 4 MiB the same requests get four times the time (the size, not a constant).
+  auto big = std::make_shared<StateSnapshot>("run-s", 2, blob, 4u << 20);
+  StateServer srv4;
+  srv4.add(big);
+  StateDownload d4("run-s", {offer_of(*big, 0)}, o, dht::Time(0));
+  auto r4 = d4.take_requests();
+  d4.on_response(r4[0].id, *srv4.answer(r4[0].body), dht::Time(100));
+  r4 = d4.take_requests();
+  ASSERT_EQ(r4.size(), 2u);
+  EXPECT_EQ(r4[1].deadline, dht::Time(100 + 1000 + 16'000));
+  // The donor delivers 2 MiB in 200 ms (10 MiB/s measured): the next request, with 2 MiB in
+  // flight again, is given 2 * 2 MiB at 10 MiB/s = 0.4 s past the floor.
+  d.on_response(reqs[0].id, *srv.answer(reqs[0].body), dht::Time(150));
+  d.on_response(reqs[1].id, *srv.answer(reqs[1].body), dht::Time(200));
+  const auto p = d.progress(dht::Time(200));
+  EXPECT_EQ(p.bytes, 2u << 20);
+  EXPECT_EQ(p.total, 8u << 20);
+  EXPECT_NEAR(p.rate, 10.0 * (1 << 20), 1.0);
+  reqs = d.take_requests();
+  ASSERT_EQ(reqs.size(), 2u);
+  EXPECT_EQ(reqs[1].deadline, dht::Time(200 + 1000 + 400));
+  // It stops answering: the deadline passes and the failure says which request and why.
+  d.on_timer(reqs[0].deadline);
+  EXPECT_EQ(d.status(), OpStatus::failed);
+  EXPECT_NE(d.failure().find("not answered by its deadline (2 requests in flight at the measured"),
+            std::string::npos)
+      << d.failure();
+}
+
+// A download that failed hands its verified chunks to the next one (a join's next attempt),
+// which fetches only the rest of the same snapshot.
+TEST(StateSync, ANewDownloadResumesFromTheVerifiedChunksOfAFailedOne) {
+  const auto blob = random_blob(1u << 20, 7);
+  auto snap = std::make_shared<StateSnapshot>("run-s", 5, blob, 65536);  // 16 chunks
+  Donors ds;
+  ds.servers[donor_id(0)].add(snap);
+  std::size_t served = 0;
+  bool dead = true;
+  ds.hook = [&](int, std::optional<std::uint32_t> idx, std::vector<std::uint8_t>&) {
+    return !(idx && dead && ++served > 9);  // the only donor fails after 9 chunks
+  };
+  StateDownload first("run-s", {offer_of(*snap, 0)}, {}, dht::Time(0));
+  ds.run(first);
+  ASSERT_EQ(first.status(), OpStatus::failed);
+  auto partial = first.take_partial();
+  ASSERT_TRUE(partial);
+  EXPECT_EQ(partial->verified, 9u);
+  EXPECT_EQ(partial->root, snap->root());
+  dead = false;
+  ds.answered.clear();
+  StateDownload second("run-s", {offer_of(*snap, 0)}, {}, dht::Time(0), std::move(partial));
+  EXPECT_EQ(second.progress(dht::Time(0)).bytes, 9u * 65536);
+  ds.run(second);
+  ASSERT_EQ(second.status(), OpStatus::done) << second.failure();
+  EXPECT_TRUE(std::ranges::equal(second.blob(), blob));
+  EXPECT_EQ(ds.answered[0], 16u - 9u);  // neither the manifest nor a verified chunk again
+  // A partial of another snapshot is dropped: the download starts over.
+  auto other = std::make_shared<StateSnapshot>("run-s", 6, random_blob(1u << 20, 8), 65536);
+  StateServer srv;
+  srv.add(other);
+  SyncPartial stale;
+  stale.root = snap->root();
+  stale.manifest.size = 65536;
+  stale.manifest.chunk_bytes = 65536;
+  stale.manifest.chunks.resize(1);
+  stale.have = {true};
+  stale.verified = 1;
+  stale.blob.resize(65536);
+  StateDownload third("run-s", {offer_of(*other, 0)}, {}, dht::Time(0), std::move(stale));
+  auto reqs = third.take_requests();
+  ASSERT_EQ(reqs.size(), 1u);
+  EXPECT_FALSE(decode_state_request(reqs[0].body)->index) << "asks for the manifest first";
 }
 
 TEST(StateSync, RefusesOffersOfAnotherRunOrOverTheSizeBound) {

@@ -26,6 +26,17 @@ Report report(Report::Kind k) {
 
 const std::vector<float> kFinite(8, 1.0f);
 
+// A bootstrapped node through its first inner phase: its θ is submitted (a round in flight).
+// Returns the actions of the submit.
+std::vector<K> into_round(Controller& c) {
+  c.begin(StartKind::bootstrap, false, ms(0));
+  c.take_actions();
+  c.on_inner_done(ms(1000), 2, ms(1000));
+  c.take_actions();
+  c.on_theta(kFinite, ms(1000));
+  return kinds(c);
+}
+
 TEST(Controller, BootstrapTrainsSubmitsAndRestartsFromPhi) {
   Controller c({});
   c.begin(StartKind::bootstrap, false, ms(0));
@@ -105,6 +116,44 @@ TEST(Controller, JoinRetriesThenGivesUp) {
   EXPECT_EQ(a[0].kind, K::exit);
   EXPECT_EQ(a[0].code, 1);
   EXPECT_TRUE(c.done());
+}
+
+// A join whose download keeps verifying more of the state is never cut off (a large state over
+// a slow link); one that stops progressing fails join_wait after its last progress.
+TEST(Controller, AJoinThatProgressesIsNotCutOff) {
+  ControllerOptions o;
+  o.join_wait = ms(120'000);
+  Controller c(o);
+  c.begin(StartKind::join, true, ms(0));
+  EXPECT_EQ(kinds(c), (std::vector{K::join}));
+  EXPECT_EQ(c.next_deadline(), ms(120'000));
+  for (std::int64_t t = 60'000; t <= 1'800'000; t += 60'000) {  // half an hour of progress
+    c.on_report(report(Report::Kind::sync_progress), ms(t));
+    c.on_timer(ms(t));
+    EXPECT_TRUE(c.take_actions().empty());
+    EXPECT_EQ(c.next_deadline(), ms(t + 120'000));
+  }
+  c.on_timer(ms(1'920'000));  // then nothing for join_wait: the next attempt
+  const auto a = c.take_actions();
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0].kind, K::join);
+  EXPECT_EQ(a[0].attempt, 2);
+}
+
+// A round that takes an hour (a large model over a slow link) is waited for: the node neither
+// leaves nor sets a deadline on it; its operations end it.
+TEST(Controller, ALongRoundIsNeverAReasonToLeave) {
+  Controller c({});
+  EXPECT_EQ(into_round(c), (std::vector{K::submit}));
+  EXPECT_FALSE(c.next_deadline());
+  c.on_timer(ms(3'600'000));
+  EXPECT_TRUE(c.take_actions().empty());
+  EXPECT_FALSE(c.leaving());
+  c.on_report(report(Report::Kind::sync_progress), ms(3'600'500));  // a catch-up's: no decision
+  EXPECT_TRUE(c.take_actions().empty());
+  EXPECT_TRUE(c.in_round());
+  c.on_report(report(Report::Kind::round), ms(3'601'000));
+  EXPECT_EQ(kinds(c), (std::vector{K::load_phi, K::checkpoint, K::train}));
 }
 
 TEST(Controller, JoinSyncedStartsFromTheSwarm) {
@@ -213,12 +262,7 @@ TEST(Controller, StopWaitsForTheRoundThenLeavesAndExits) {
   o.stop_grace = ms(30'000);
   o.leave_wait = ms(5000);
   Controller c(o);
-  c.begin(StartKind::bootstrap, false, ms(0));
-  c.take_actions();
-  c.on_inner_done(ms(1000), 2, ms(1000));
-  c.take_actions();
-  c.on_theta(kFinite, ms(1000));
-  c.take_actions();
+  into_round(c);
   c.stop(ms(2000));
   const auto a = c.take_actions();
   ASSERT_EQ(a.size(), 2u);
@@ -240,12 +284,7 @@ TEST(Controller, StopWaitsForTheRoundThenLeavesAndExits) {
 
 TEST(Controller, StopAfterTheGraceLeavesWithTheRoundInFlight) {
   Controller c({});
-  c.begin(StartKind::bootstrap, false, ms(0));
-  c.take_actions();
-  c.on_inner_done(ms(1000), 2, ms(1000));
-  c.take_actions();
-  c.on_theta(kFinite, ms(1000));
-  c.take_actions();
+  into_round(c);
   c.stop(ms(2000));
   c.take_actions();
   c.on_timer(ms(32'000));
