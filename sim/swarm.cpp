@@ -328,7 +328,9 @@ bool Swarm::drain(std::size_t i) {
     any = true;
     if (rep.kind == gossip::RoundReport::Kind::round) ++n.rounds;
     n.ctl->on_report(rep, now_);
-    n.reports.push_back(rep);
+    // reports(i) keeps outcomes (rounds, syncs); a sync's progress goes to the controller and
+    // the watcher only.
+    if (rep.kind != gossip::RoundReport::Kind::sync_progress) n.reports.push_back(rep);
     if (watch_) watch_(i, rep);
     if (!n.alive) return true;
   }

@@ -93,6 +93,8 @@ class Swarm {
 
   gossip::RoundEngine& engine(std::size_t i);
   dht::Membership& membership(std::size_t i);
+  /// Node i's outcomes: its rounds and syncs (sync_progress reports go to its controller and
+  /// the on_report watcher only).
   const std::vector<gossip::RoundReport>& reports(std::size_t i) const;
   const std::vector<float>& target(std::size_t i) const;
   gossip::NodeId id(std::size_t i);

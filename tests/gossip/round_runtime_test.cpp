@@ -74,6 +74,7 @@ struct Swarm {
   // Every report: record it and start the next "inner phase" at once (θ moves half-way from φ
   // to the node's target).
   void on_report(std::size_t i, const RoundReport& r) {
+    if (r.kind == RoundReport::Kind::sync_progress) return;  // outcomes only
     {
       std::lock_guard lock(mu);
       reports[i].push_back(r);
