@@ -147,7 +147,8 @@ transport::Result<Message> decode_message(std::span<const std::uint8_t> bytes,
   const msgpack::object& o = oh->get();
   if (o.type != msgpack::type::ARRAY || o.via.array.size != 10) return errc::malformed;
   const msgpack::object* a = o.via.array.ptr;
-  std::uint64_t version, kind, tag, phase, index, chunk, count, codec;
+  std::uint64_t version = 0, kind = 0, tag = 0, phase = 0, index = 0, chunk = 0, count = 0,
+                codec = 0;
   if (!get_u64(a[0], version) || !get_u64(a[1], kind) || !get_u64(a[3], tag) ||
       !get_u64(a[4], phase) || !get_u64(a[5], index) || !get_u64(a[6], chunk) ||
       !get_u64(a[7], count) || !get_u64(a[8], codec))
