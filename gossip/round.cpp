@@ -259,10 +259,7 @@ void RoundEngine::on_match(MatchResult m, Time now) {
   }
   op_ = op;
   group_ = m.group;
-  window_ = m.window;
-  ready_seen_ = m.ready_seen;
-  ready_not_live_ = m.ready_not_live;
-  ready_late_ = m.write_late;
+  matched_ = std::move(r);  // the report of the running op, as far as the match made it
   phase_ = Phase::running;
   ops_.push_back(std::move(start));
 }
@@ -293,14 +290,7 @@ std::shared_ptr<StepWork> RoundEngine::local_step(RoundReport& r) {
 
 void RoundEngine::on_op_finished(std::unique_ptr<Protocol> p, Time now) {
   if (phase_ != Phase::running || (p && p->op() != *op_)) return;
-  RoundReport r;
-  r.round = state_.round;
-  r.mode = round_mode_;
-  r.group = group_;
-  r.window = window_;
-  r.ready_seen = ready_seen_;
-  r.ready_not_live = ready_not_live_;
-  r.ready_late = ready_late_;
+  RoundReport r = std::exchange(matched_, {});  // round, mode, group and the match's figures
   op_.reset();
   if (!p) {
     r.note = "the driver could not run the operation";

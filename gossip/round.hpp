@@ -291,10 +291,7 @@ class RoundEngine {
   std::uint64_t group_round_ = 0;  // the round the group agreed on
   std::optional<OpId> op_;
   std::vector<NodeId> group_;
-  std::uint64_t window_ = 0;    ///< the running op's matchmaking window (for its report)
-  std::size_t ready_seen_ = 0;  ///< the ready records its match read
-  bool ready_late_ = false;
-  std::size_t ready_not_live_ = 0;  ///< and those it left out as gone
+  RoundReport matched_;  ///< the running op's report as its match began it
   std::vector<StartOp> ops_;
   std::vector<RoundReport> reports_;
 

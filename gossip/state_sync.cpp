@@ -182,11 +182,9 @@ void StateDownload::start_donor(Time now) {
   donor_bytes_ = 0;
   if (manifest_ && manifest_root_ == o.root) {
     // Same snapshot: resume with the chunks we have.
-    spdlog::info(
-        "state sync: resuming from {} with {} of {} chunks ({} of {} bytes) verified",
-        dht::short_hex(o.donor), verified_, have_.size(),
-        std::min<std::uint64_t>(verified_ * std::uint64_t{manifest_->chunk_bytes}, manifest_->size),
-        manifest_->size);
+    spdlog::info("state sync: resuming from {} with {} of {} chunks ({} of {} bytes) verified",
+                 dht::short_hex(o.donor), verified_, have_.size(), verified_bytes(),
+                 manifest_->size);
     fill(now);
     return;
   }
@@ -310,21 +308,30 @@ void StateDownload::on_timer(Time now) {
     }
 }
 
-double StateDownload::rate(Time now) const {
+double StateDownload::measured_rate(Time now) const {
   const double secs = static_cast<double>((now - donor_since_).count()) / 1000.0;
-  const double measured = donor_bytes_ && secs > 0 ? static_cast<double>(donor_bytes_) / secs : 0;
-  return std::max(measured, opts_.min_rate);
+  return donor_bytes_ && secs > 0 ? static_cast<double>(donor_bytes_) / secs : 0;
+}
+
+double StateDownload::rate(Time now) const {
+  return std::max(measured_rate(now), opts_.min_rate);
+}
+
+std::uint64_t StateDownload::verified_bytes() const {
+  if (!manifest_) return 0;
+  std::uint64_t b =
+      std::min<std::uint64_t>(verified_ * std::uint64_t{manifest_->chunk_bytes}, manifest_->size);
+  if (!have_.empty() && have_.back() && verified_ < have_.size())  // the short last chunk
+    b -= manifest_->chunk_bytes * std::uint64_t{have_.size()} - manifest_->size;
+  return b;
 }
 
 SyncProgress StateDownload::progress(Time now) const {
   SyncProgress p;
   if (!manifest_) return p;
   p.total = manifest_->size;
-  p.bytes = std::min<std::uint64_t>(verified_ * std::uint64_t{manifest_->chunk_bytes}, p.total);
-  if (!have_.empty() && have_.back() && verified_ < have_.size())  // the short last chunk
-    p.bytes -= manifest_->chunk_bytes * std::uint64_t{have_.size()} - manifest_->size;
-  const double secs = static_cast<double>((now - donor_since_).count()) / 1000.0;
-  p.rate = donor_bytes_ && secs > 0 ? static_cast<double>(donor_bytes_) / secs : 0;
+  p.bytes = verified_bytes();
+  p.rate = measured_rate(now);
   return p;
 }
 

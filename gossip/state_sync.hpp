@@ -198,7 +198,9 @@ class StateDownload {
   void next_donor(const std::string& why, Time now);
   void request(std::optional<std::uint32_t> index, Time now);
   void fill(Time now);
-  double rate(Time now) const;  // the current donor's measured rate, at least min_rate
+  double measured_rate(Time now) const;  // the current donor's (0 before its first chunk)
+  double rate(Time now) const;           // measured_rate, at least min_rate
+  std::uint64_t verified_bytes() const;
 
   std::string run_id_;
   std::vector<StateOffer> offers_;
