@@ -18,14 +18,14 @@
 # Environment:
 #   GROVE_TEST_QUICK=1       run (a) and (b) only, for local iteration
 #   GROVE_TEST_ONLY=tsan     run (a) and (t) only
-#   GROVE_FUZZ_SECONDS=N     seconds per fuzz target in (d) (default 15; the node's small
+#   GROVE_FUZZ_SECONDS=N     seconds per fuzz target in (d) (default 10; the node's small
 #                            stateless decoders in fuzz_short get a third of it)
 set -euo pipefail
 
 cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.."
 
 readonly jobs=2
-readonly fuzz_seconds=${GROVE_FUZZ_SECONDS:-15}
+readonly fuzz_seconds=${GROVE_FUZZ_SECONDS:-10}
 # One text or file in, no protocol core behind it: these cover their decoder within seconds, and a
 # shorter slice keeps CI short.
 readonly fuzz_short=" run_config checkpoint status trainer "
