@@ -112,10 +112,6 @@ std::optional<Time> CatchUp::next_deadline() const {
   return std::nullopt;
 }
 
-optim::ByteBuffer CatchUp::take_blob() {
-  return std::move(blob_);
-}
-
 void CatchUp::settle() {
   if (!download_ || download_->status() == OpStatus::running) return;
   if (download_->status() == OpStatus::failed) return fail(download_->failure());

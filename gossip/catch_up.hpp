@@ -40,7 +40,7 @@ class CatchUp {
   /// running until the download is done (take_blob) or failed (failure() says why).
   OpStatus status() const { return status_; }
   const std::string& failure() const { return failure_; }
-  optim::ByteBuffer take_blob();
+  std::shared_ptr<const StateBlob> take_blob() { return std::move(blob_); }
   /// The offer whose state was downloaded.
   const StateOffer& offer() const { return offer_; }
   /// After a failure: the chunks verified so far, for the next attempt.
@@ -73,7 +73,7 @@ class CatchUp {
   OpStatus status_ = OpStatus::running;
   std::string failure_;
   StateOffer offer_;
-  optim::ByteBuffer blob_;
+  std::shared_ptr<const StateBlob> blob_;
   std::optional<SyncPartial> partial_;  // until the download starts; again after it failed
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };

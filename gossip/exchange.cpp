@@ -10,13 +10,29 @@
 namespace grove::gossip {
 
 namespace {
-double norm(const std::vector<float>& v) {
-  return optim::l2_norm(v.data(), v.size());
+// The L2 norm (in double: finite exactly when every value is), a fragment at a time.
+double norm(const optim::Floats& v) {
+  double sq = 0;
+  optim::by_fragments(v.size(),
+                      [&](std::size_t lo, std::size_t hi) {
+                        const double n = optim::l2_norm(v.data() + lo, hi - lo);
+                        sq += n * n;
+                      },
+                      {&v});
+  return std::sqrt(sq);
 }
 }  // namespace
 
 transport::Result<std::unique_ptr<GroupExchange>> GroupExchange::create(
     OpId op, NodeId self, std::vector<NodeId> group, std::vector<std::vector<float>> tensors,
+    ExchangeOptions opts, Time now) {
+  std::vector<optim::Floats> f;
+  for (auto& t : tensors) f.emplace_back(std::move(t));
+  return create(op, self, std::move(group), std::move(f), std::move(opts), now);
+}
+
+transport::Result<std::unique_ptr<GroupExchange>> GroupExchange::create(
+    OpId op, NodeId self, std::vector<NodeId> group, std::vector<optim::Floats> tensors,
     ExchangeOptions opts, Time now) {
   using transport::errc;
   if (auto ok = check_group(group, self, "the exchange group"); !ok) return ok.failure();
@@ -24,13 +40,12 @@ transport::Result<std::unique_ptr<GroupExchange>> GroupExchange::create(
     return {errc::rejected, "exchange chunk_values must be a positive multiple of 256"};
   if (tensors.empty()) return {errc::rejected, "an exchange needs at least one tensor"};
   return std::unique_ptr<GroupExchange>(
-      new GroupExchange(op, self, std::move(group), std::move(tensors), opts, now));
+      new GroupExchange(op, self, std::move(group), std::move(tensors), std::move(opts), now));
 }
 
 GroupExchange::GroupExchange(OpId op, NodeId self, std::vector<NodeId> group,
-                             std::vector<std::vector<float>> tensors, ExchangeOptions opts,
-                             Time now)
-    : op_(op), self_(self), own_(std::move(tensors)), opts_(opts), started_(now) {
+                             std::vector<optim::Floats> tensors, ExchangeOptions opts, Time now)
+    : op_(op), self_(self), own_(std::move(tensors)), opts_(std::move(opts)), started_(now) {
   for (const auto& id : group)  // (checked by create())
     if (id != self_) peers_.emplace(id, Incoming{});
   // One pass per tensor before the first byte goes out: the norm (computed in double, so it is
@@ -60,7 +75,8 @@ GroupExchange::GroupExchange(OpId op, NodeId self, std::vector<NodeId> group,
       const Header h = tensor_header(MsgKind::chunk, t, c, len);
       std::span<std::uint8_t> payload;
       msgs.push_back(encode_message(h, encoded_size(opts_.codec, len), &payload));
-      encode_values(opts_.codec, std::span(own_[t]).subspan(off, len), payload);
+      encode_values(opts_.codec, std::span<const float>(own_[t]).subspan(off, len), payload);
+      own_[t].release(off, off + len);
       hasher.update(payload);
     }
     Header b = tensor_header(MsgKind::tensor_begin, t, chunks, n);
@@ -127,7 +143,7 @@ void GroupExchange::on_message(const NodeId& from, const Message& m, Time now) {
       in.digest = m.h.digest;
       in.hasher.emplace();
       if (in.staged.empty()) in.staged.resize(own_.size());
-      in.staged[in.tensor].resize(n);
+      in.staged[in.tensor] = optim::Floats::zeros(n, opts_.alloc);
       if (in.chunks == 0) check_complete(from, in);
       return;
     }
@@ -147,9 +163,11 @@ void GroupExchange::on_chunk(const NodeId& from, Incoming& in, const Message& m)
   if (m.h.count != len || m.h.codec != opts_.codec ||
       m.payload.size() != encoded_size(opts_.codec, len))
     return drop(from, in, "chunk size or codec mismatch");
-  if (decode_values(opts_.codec, m.payload, std::span(in.staged[in.tensor]).subspan(off, len)) !=
+  auto& staged = in.staged[in.tensor];
+  if (decode_values(opts_.codec, m.payload, std::span<float>(staged).subspan(off, len)) !=
       optim::CodecError::ok)
     return drop(from, in, "chunk undecodable or not finite");
+  staged.release(off, off + len);
   in.hasher->update(m.payload);
   if (++in.next == in.chunks) check_complete(from, in);
 }
@@ -177,20 +195,26 @@ void GroupExchange::maybe_finish() {
   // Mean over ours and the completed partners', summed in member-id order (deterministic), in
   // place in our own tensors (no longer needed once finished).
   mean_ = std::move(own_);
-  std::size_t k = 1;
+  std::vector<const Incoming*> done;
   for (const auto& [id, in] : peers_)
-    if (in.state == Incoming::complete) {
-      ++k;
-      for (std::size_t t = 0; t < mean_.size(); ++t) {
-        float* dst = mean_[t].data();
-        const float* src = in.staged[t].data();
-        for (std::size_t i = 0; i < mean_[t].size(); ++i) dst[i] += src[i];
+    if (in.state == Incoming::complete) done.push_back(&in);
+  if (!done.empty()) {
+    const float count = static_cast<float>(done.size() + 1);
+    for (std::size_t t = 0; t < mean_.size(); ++t) {
+      float* dst = mean_[t].data();
+      std::vector<const optim::Floats*> arrays{&mean_[t]};
+      for (const Incoming* in : done) arrays.push_back(&in->staged[t]);
+      // A fragment at a time: the sum in partner order, then the division (as a whole pass did).
+      for (std::size_t lo = 0; lo < mean_[t].size(); lo += optim::kFragment) {
+        const std::size_t hi = std::min(mean_[t].size(), lo + optim::kFragment);
+        for (const Incoming* in : done) {
+          const float* src = in->staged[t].data();
+          for (std::size_t i = lo; i < hi; ++i) dst[i] += src[i];
+        }
+        for (std::size_t i = lo; i < hi; ++i) dst[i] /= count;
+        for (const auto* a : arrays) a->release(lo, hi);
       }
     }
-  if (k > 1) {
-    const float count = static_cast<float>(k);
-    for (auto& t : mean_)
-      for (auto& v : t) v /= count;
   }
   for (auto& [id, in] : peers_) {
     in.staged.clear();

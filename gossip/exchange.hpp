@@ -15,7 +15,9 @@
 //  4. The exchange finishes when every partner has either completed or failed; the result per
 //     tensor is the mean of ours and the completed partners' (ours alone: a local-only round).
 // Members need not agree on the outcome (NoLoCo tolerates a one-sided average); each member's
-// result only ever mixes whole, verified tensors.
+// result only ever mixes whole, verified tensors. Every pass over a tensor (norm, encoding,
+// decoding, the mean) goes a chunk or a fragment at a time and releases what it touched, so
+// tensors in the node's pages (optim/floats.hpp) never become resident whole.
 #pragma once
 
 #include <map>
@@ -33,6 +35,8 @@ struct ExchangeOptions {
   Time chunk_timeout{10000};
   Time total_timeout{300000};
   double max_norm_ratio = 4.0;  ///< a received tensor's L2 norm must be <= this × ours (+ eps)
+  /// Where partners' decoded tensors are staged (none: the heap; the node pages them).
+  optim::FloatAllocator alloc;
 };
 
 class GroupExchange final : public Protocol {
@@ -40,6 +44,9 @@ class GroupExchange final : public Protocol {
   /// `group` contains `self`; `tensors` are this member's tensors (e.g. θ, or Δ and φ), the
   /// same count and sizes on every member. A group without self, with a member twice, no tensor
   /// or bad options give errc::rejected and the reason.
+  static transport::Result<std::unique_ptr<GroupExchange>> create(
+      OpId op, NodeId self, std::vector<NodeId> group, std::vector<optim::Floats> tensors,
+      ExchangeOptions opts, Time now);
   static transport::Result<std::unique_ptr<GroupExchange>> create(
       OpId op, NodeId self, std::vector<NodeId> group, std::vector<std::vector<float>> tensors,
       ExchangeOptions opts, Time now);
@@ -53,9 +60,9 @@ class GroupExchange final : public Protocol {
   bool finished() const override { return finished_; }
 
   /// Per tensor: the mean of ours and every completed partner's (valid once finished()).
-  const std::vector<std::vector<float>>& mean() const { return mean_; }
+  const std::vector<optim::Floats>& mean() const { return mean_; }
   /// Moves the mean out (for reuse of its buffers once it has been applied).
-  std::vector<std::vector<float>> take_mean() { return std::move(mean_); }
+  std::vector<optim::Floats> take_mean() { return std::move(mean_); }
   /// The partners whose tensors were used.
   std::vector<NodeId> completed() const;
   /// Partners that failed, with the reason.
@@ -64,8 +71,8 @@ class GroupExchange final : public Protocol {
   std::uint64_t bytes_received() const { return bytes_received_; }
 
  private:
-  GroupExchange(OpId op, NodeId self, std::vector<NodeId> group,
-                std::vector<std::vector<float>> tensors, ExchangeOptions opts, Time now);
+  GroupExchange(OpId op, NodeId self, std::vector<NodeId> group, std::vector<optim::Floats> tensors,
+                ExchangeOptions opts, Time now);
   struct Incoming {
     std::size_t tensor = 0;  // the tensor being received
     std::size_t next = 0;    // its next chunk
@@ -73,7 +80,7 @@ class GroupExchange final : public Protocol {
     std::uint64_t chunks = 0;
     Digest digest{};
     std::optional<transport::Blake2b256> hasher;
-    std::vector<std::vector<float>> staged;
+    std::vector<optim::Floats> staged;
     Time last_heard{0};
     Time last_sent{0};
     enum { receiving, complete, failed } state = receiving;
@@ -91,12 +98,12 @@ class GroupExchange final : public Protocol {
 
   OpId op_;
   NodeId self_;
-  std::vector<std::vector<float>> own_;
+  std::vector<optim::Floats> own_;
   std::vector<double> own_norm_;  // L2 norm of each of our tensors (the norm bound's reference)
   ExchangeOptions opts_;
   Time started_;
   std::map<NodeId, Incoming> peers_;
-  std::vector<std::vector<float>> mean_;
+  std::vector<optim::Floats> mean_;
   bool finished_ = false;
   std::uint64_t bytes_sent_ = 0, bytes_received_ = 0;
   std::vector<Outgoing> out_;

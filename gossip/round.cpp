@@ -40,6 +40,8 @@ RoundEngine::RoundEngine(dht::RecordStore& store, dht::Membership& members, std:
       server_(std::move(server)),
       judge_(store.id(), run_id_) {
   if (!dht::valid_run_id(run_id_)) throw transport::ConfigError("invalid run id: " + run_id_);
+  if (!opts_.blobs) opts_.blobs = memory_blob_store();
+  opts_.exchange.alloc = opts_.floats;
   MatchOptions pair = opts_.match, group = opts_.match;
   pair.group_size = 2;
   pair.same_round = false;
@@ -71,7 +73,21 @@ RoundEngine::~RoundEngine() {
 // ---- starting ---------------------------------------------------------------------------------
 
 void RoundEngine::start(optim::OuterState state, Time now) {
-  if (state.momentum.size() != state.phi.size()) state.momentum.assign(state.phi.size(), 0.0f);
+  if (state.momentum.size() != state.phi.size())
+    state.momentum = optim::Floats::zeros(state.phi.size(), opts_.floats);
+  // Arrays given on the heap move into pages of ours (when we have an allocator), a fragment at
+  // a time.
+  for (optim::Floats* a : {&state.phi, &state.momentum, &state.error}) {
+    if (a->paged() || a->empty() || !opts_.floats) continue;
+    auto p = optim::Floats::zeros(a->size(), opts_.floats);
+    if (!p.paged()) break;  // (the allocator failed and said why: the heap it is)
+    optim::by_fragments(a->size(),
+                        [&](std::size_t lo, std::size_t hi) {
+                          std::copy(a->begin() + lo, a->begin() + hi, p.begin() + lo);
+                        },
+                        {&p});
+    *a = std::move(p);
+  }
   state_ = std::move(state);
   has_state_ = true;
   phase_ = Phase::idle;
@@ -88,7 +104,7 @@ void RoundEngine::join(Time now, std::optional<std::size_t> values) {
 
 // ---- the round ---------------------------------------------------------------------------------
 
-void RoundEngine::submit(std::vector<float> theta, Time now) {
+void RoundEngine::submit(optim::Floats theta, Time now) {
   // The driver's contract (its bugs, not peer input): idle, and θ the size of φ.
   assert(phase_ == Phase::idle && theta.size() == state_.phi.size());
   if (phase_ != Phase::idle || theta.size() != state_.phi.size()) {
@@ -162,8 +178,15 @@ RoundEngine::Others RoundEngine::others(Time now) const {
 }
 
 std::vector<float> RoundEngine::delta() const {
-  std::vector<float> d(state_.phi.size());
-  optim::pseudo_gradient(state_.phi, theta_, d, opts_.threads);
+  const auto& phi = state_.phi;
+  std::vector<float> d(phi.size());
+  optim::by_fragments(phi.size(),
+                      [&](std::size_t lo, std::size_t hi) {
+                        optim::pseudo_gradient(std::span(phi.data() + lo, hi - lo),
+                                               std::span(theta_.data() + lo, hi - lo),
+                                               std::span(d.data() + lo, hi - lo), opts_.threads);
+                      },
+                      {&phi});
   return d;
 }
 
@@ -220,7 +243,7 @@ void RoundEngine::on_match(MatchResult m, Time now) {
     if (auto it = m.addresses.find(id); it != m.addresses.end() && id != self)
       start.addresses.emplace(id, it->second);
   if (!diloco) {
-    auto tensors = std::make_shared<std::vector<std::vector<float>>>();
+    auto tensors = std::make_shared<std::vector<optim::Floats>>();
     if (opts_.noloco.one_tensor()) {
       // θ moves into the exchange (its mean, ours alone when nobody completes, is what the step
       // takes): one model-sized copy less while the exchange runs.
@@ -228,7 +251,8 @@ void RoundEngine::on_match(MatchResult m, Time now) {
       theta_.clear();
     } else {
       tensors->push_back(delta());
-      tensors->push_back(state_.phi);
+      tensors->push_back(state_.phi);  // (a copy, on the heap)
+      state_.phi.release();
     }
     start.make = [op, self, group = m.group, tensors,
                   o = opts_.exchange](Time t) -> std::unique_ptr<Protocol> {
@@ -242,7 +266,8 @@ void RoundEngine::on_match(MatchResult m, Time now) {
     group_round_ = m.swarm_round;
     if (average_phi_) {
       // The slow weights differ after NoLoCo rounds: average them once with the pseudo-gradient.
-      *input = state_.phi;
+      *input = state_.phi.to_vector();
+      state_.phi.release();
       const auto d = delta();
       input->insert(input->end(), d.begin(), d.end());
     } else {
@@ -261,6 +286,7 @@ void RoundEngine::on_match(MatchResult m, Time now) {
   group_ = m.group;
   matched_ = std::move(r);  // the report of the running op, as far as the match made it
   phase_ = Phase::running;
+  op_started_ = now;
   ops_.push_back(std::move(start));
 }
 
@@ -279,7 +305,7 @@ std::shared_ptr<StepWork> RoundEngine::step_work(StepWork::Kind kind) {
   w->noloco = opts_.noloco;
   w->diloco = opts_.diloco;
   w->threads = opts_.threads;
-  w->serialise = opts_.serve_state && server_;
+  if (opts_.serve_state && server_) w->store = opts_.blobs;
   return w;
 }
 
@@ -292,6 +318,7 @@ void RoundEngine::on_op_finished(std::unique_ptr<Protocol> p, Time now) {
   if (phase_ != Phase::running || (p && p->op() != *op_)) return;
   RoundReport r = std::exchange(matched_, {});  // round, mode, group and the match's figures
   op_.reset();
+  r.transfer_time = now - op_started_;
   if (!p) {
     r.note = "the driver could not run the operation";
     if (round_mode_ == OuterMode::diloco) return begin_sync(state_.round, false, r.note, now);
@@ -370,7 +397,7 @@ void RoundEngine::on_step_done(std::uint64_t seq, Time now) {
   synced_into_round_ = false;
   r.sync_time = now - submitted_;
   phase_ = Phase::idle;
-  publish_state(std::move(w->bytes));  // (the old snapshot is served until the step is done)
+  publish_state(std::move(w->blob));  // (the old snapshot is served until the step is done)
   r.weights_hash = phi_hash_;
   reports_.push_back(std::move(r));
   if (step_members_.size() > 1) {
@@ -390,23 +417,28 @@ void RoundEngine::publish_self(const char* status) {
 
 void RoundEngine::after_state(Time) {
   phi_hash_ = weights_hash(state_.phi);  // once per new φ: reports, record and checks reuse it
-  std::shared_ptr<const std::vector<std::uint8_t>> bytes;
-  if (opts_.serve_state && server_)
-    bytes = std::make_shared<const std::vector<std::uint8_t>>(optim::serialize(state_));
-  publish_state(std::move(bytes));
+  std::shared_ptr<const StateBlob> blob;
+  if (opts_.serve_state && server_) {
+    if (auto b = save_state(*opts_.blobs, state_))
+      blob = std::move(*b);
+    else
+      spdlog::warn("cannot keep our state's snapshot (joiners will not get it from us): {}",
+                   b.text());
+  }
+  publish_state(std::move(blob));
 }
 
-void RoundEngine::publish_state(std::shared_ptr<const std::vector<std::uint8_t>> bytes) {
+void RoundEngine::publish_state(std::shared_ptr<const StateBlob> blob) {
   publish_self("training");
   // Snapshots nobody fetches go before the new one is hashed (one state's bytes less at the
   // peak; the old state's bytes are freed once nothing else, a checkpoint being written, holds
   // them).
-  if (bytes && server_) server_->make_room();
-  state_bytes_ = std::move(bytes);
+  if (blob && server_) server_->make_room();
+  state_blob_ = std::move(blob);
   snapshot_jobs_.clear();  // (a job not taken yet is of an older state)
-  if (!state_bytes_ || !opts_.serve_state || !server_) return;
+  if (!state_blob_ || !opts_.serve_state || !server_) return;
   snapshot_jobs_.push_back(
-      {++snapshot_seq_, state_.round, run_id_, state_bytes_, opts_.snapshot_chunk});
+      {++snapshot_seq_, state_.round, run_id_, state_blob_, opts_.snapshot_chunk});
 }
 
 void RoundEngine::on_snapshot(std::uint64_t seq, std::shared_ptr<const StateSnapshot> snap,
@@ -434,11 +466,21 @@ void RoundEngine::set_patience(Time t) {
   if (groups_) groups_->set_patience(t);
 }
 
-void RoundEngine::mix(std::span<float> theta, float alpha) const {
+void RoundEngine::mix(optim::Floats& theta, float alpha) const {
+  mix(std::span<float>(theta), alpha, &theta);
+}
+
+void RoundEngine::mix(std::span<float> theta, float alpha, const optim::Floats* paged) const {
   assert(theta.size() == state_.phi.size());  // the driver's contract
   if (theta.size() != state_.phi.size()) return;
-  for (std::size_t i = 0; i < theta.size(); ++i)
-    theta[i] = alpha * theta[i] + (1.0f - alpha) * state_.phi[i];
+  const auto& phi = state_.phi;
+  optim::by_fragments(theta.size(),
+                      [&](std::size_t lo, std::size_t hi) {
+                        for (std::size_t i = lo; i < hi; ++i)
+                          theta[i] = alpha * theta[i] + (1.0f - alpha) * phi[i];
+                        if (paged) paged->release(lo, hi);
+                      },
+                      {&phi});
 }
 
 // ---- mode schedule
@@ -505,6 +547,7 @@ void RoundEngine::begin_sync(std::uint64_t min_round, bool joining, std::string 
   if (has_state_) publish_self("syncing");
   CatchUpOptions o;
   o.sync = opts_.sync;
+  o.sync.store = opts_.blobs;
   o.offers_wait = opts_.offers_wait;
   o.offers_retry = std::clamp(opts_.match.window / 4, Time(100), Time(2000));
   o.values = has_state_ ? std::optional(state_.phi.size()) : expect_values_;
@@ -559,8 +602,9 @@ void RoundEngine::sync_done(Time now) {
   w->kind = StepWork::Kind::parse;
   w->blob = catch_up_->take_blob();
   w->max_values = opts_.max_values;
+  w->alloc = opts_.floats;
   w->want = has_state_ ? std::optional(state_.phi.size()) : expect_values_;
-  w->serialise = opts_.serve_state && server_;
+  if (opts_.serve_state && server_) w->store = opts_.blobs;
   sync_offer_ = catch_up_->offer();
   catch_up_.reset();
   sync_partial_.reset();
@@ -579,7 +623,7 @@ void RoundEngine::synced(const std::shared_ptr<StepWork>& w, Time now) {
   phase_ = Phase::idle;
   theta_.clear();
   phi_hash_ = w->hash;
-  publish_state(std::move(w->bytes));
+  publish_state(std::move(w->blob));
   RoundReport r;
   r.kind = RoundReport::Kind::synced;
   r.round = state_.round;

@@ -64,6 +64,11 @@ struct RoundOptions {
   bool serve_state = true;      ///< keep snapshots for joiners and announce them
   Time offer_ttl{600'000};
   std::uint32_t snapshot_chunk = 4u << 20;
+  /// Where the state's binary form is kept: the snapshots served, the downloads (nullptr: in
+  /// memory; the node keeps them in files, node/state_files.hpp).
+  std::shared_ptr<BlobStore> blobs;
+  /// Where φ and the momentum live (none: the heap; the node pages them, node/state_files.hpp).
+  optim::FloatAllocator floats;
   StateSyncOptions sync;     ///< max_size bounds a joiner's download (catch-up: 3 × φ's bytes)
   Time offers_wait{20'000};  ///< how long a sync looks for offers before giving up
   /// DiLoCo: a member left alone in its window while no live member is ahead of its round (the
@@ -97,14 +102,15 @@ struct RoundReport {
   std::vector<NodeId> averaged_with;  ///< partners whose tensors were used
   bool local_only = false;
   std::uint64_t bytes_sent = 0, bytes_received = 0;
-  Time sync_time{0};                             ///< submit to new slow weights
+  Time sync_time{0};      ///< submit to new slow weights
+  Time transfer_time{0};  ///< round: the group operation's run (start to its outcome)
   std::uint64_t sync_bytes = 0, sync_total = 0;  ///< sync_progress: verified bytes of the state
   double sync_rate = 0;                          ///< sync_progress: bytes per second from the donor
   Digest weights_hash{};
   std::string note;
   /// A φ-sized buffer the engine is done with (the θ it was given, or the exchange's mean made
   /// in it), for the driver's next θ: its pages are already mapped (empty when there is none).
-  std::vector<float> spare;
+  optim::Floats spare;
 };
 const char* to_string(RoundReport::Kind k);
 
@@ -140,7 +146,7 @@ class RoundEngine {
   /// A group operation of ours is running (an exchange or an all-reduce).
   bool averaging() const { return phase_ == Phase::running; }
   /// The round's outer step is with the driver (a StepJob): state() holds the round only (φ and
-  /// the momentum are with the job), state_bytes() the state before the step. (Also while a
+  /// the momentum are with the job), state_blob() the state before the step. (Also while a
   /// downloaded state is parsed: syncing() then, and state() is the one before.)
   bool stepping() const { return phase_ == Phase::stepping; }
   /// Downloading a state, or parsing the one downloaded (a StepJob).
@@ -150,18 +156,20 @@ class RoundEngine {
   }
   /// θ after the inner steps (φ's size). Only when idle() (the driver's contract: dropped with an
   /// error line otherwise).
-  void submit(std::vector<float> theta, Time now);
+  void submit(optim::Floats theta, Time now);
 
   /// The slow weights, momentum and round (the next inner phase starts from state().phi); not
   /// while stepping().
   const optim::OuterState& state() const { return state_; }
-  /// state() in optim::serialize form, made once per new state (the bytes of the snapshot
-  /// served to joiners, shared); nullptr when the engine serves no snapshots. The node writes its
-  /// checkpoints from it, so the state is serialised once per round and not copied for them.
-  std::shared_ptr<const std::vector<std::uint8_t>> state_bytes() const { return state_bytes_; }
+  /// state() in its binary form (optim/state_format.hpp), written once per new state into a blob
+  /// of RoundOptions::blobs: the snapshot served to joiners; nullptr when the engine serves none.
+  /// The node writes its checkpoints from it, so the state is serialised once per round.
+  std::shared_ptr<const StateBlob> state_blob() const { return state_blob_; }
   /// Overlap: the fast weights trained during the round, mixed with the new slow weights:
   /// θ = α·θ + (1−α)·φ (the next Δ is still taken against φ).
-  void mix(std::span<float> theta, float alpha = 0.5f) const;
+  void mix(std::span<float> theta, float alpha = 0.5f) const { mix(theta, alpha, nullptr); }
+  /// The same, θ's fragments released as they are mixed.
+  void mix(optim::Floats& theta, float alpha = 0.5f) const;
   /// How long a node left alone in its window keeps trying later windows (MatchOptions::
   /// patience): about one inner phase of the others, so that a slow node still pairs; zero when
   /// the node knows it is alone, so that a lone node does not wait for nobody.
@@ -182,13 +190,13 @@ class RoundEngine {
 
   // ---- driver ----
   std::vector<StartOp> take_ops() { return std::exchange(ops_, {}); }
-  /// A state to serve to joiners: its bytes (optim::serialize form), to be cut into chunks and
-  /// hashed (StateSnapshot) by the driver, who hands the snapshot back with its `seq`.
+  /// A state to serve to joiners: its binary form, to be cut into chunks and hashed
+  /// (StateSnapshot::of) by the driver, who hands the snapshot back with its `seq`.
   struct SnapshotJob {
     std::uint64_t seq = 0;
     std::uint64_t round = 0;
     std::string run_id;
-    std::shared_ptr<const std::vector<std::uint8_t>> bytes;  ///< shared with state_bytes()
+    std::shared_ptr<const StateBlob> blob;  ///< shared with state_blob()
     std::uint32_t chunk_bytes = 0;
   };
   std::vector<SnapshotJob> take_snapshot_jobs() { return std::exchange(snapshot_jobs_, {}); }
@@ -247,7 +255,7 @@ class RoundEngine {
   void after_state(Time now);
   /// φ changed (its hash is in phi_hash_): publish round and hash, serve `bytes` as a snapshot
   /// (nullptr when the engine serves none) and offer it.
-  void publish_state(std::shared_ptr<const std::vector<std::uint8_t>> bytes);
+  void publish_state(std::shared_ptr<const StateBlob> blob);
   void publish_self(const char* status);
   /// Downloads a state of at least `min_round`; from `donors` only when given.
   void begin_sync(std::uint64_t min_round, bool joining, std::string why, Time now,
@@ -260,6 +268,7 @@ class RoundEngine {
   void report_progress(Time now);  // a sync_progress report, at most about once a second
   void poll_modes(Time now);
   std::vector<float> delta() const;
+  void mix(std::span<float> theta, float alpha, const optim::Floats* paged) const;
   optim::FloatBuffer spare_;  // the last all-reduce's result buffer, for the next one
 
   dht::RecordStore& store_;
@@ -276,20 +285,21 @@ class RoundEngine {
   optim::OuterState state_;
   Digest phi_hash_{};  // BLAKE2b-256 of state_.phi (reports, records and checks reuse it)
   std::vector<SnapshotJob> snapshot_jobs_;
-  std::shared_ptr<const std::vector<std::uint8_t>> state_bytes_;  // serialize(state_)
-  std::uint64_t snapshot_seq_ = 0;  // of the latest job: the one that matches state_
+  std::shared_ptr<const StateBlob> state_blob_;  // state_ in its binary form
+  std::uint64_t snapshot_seq_ = 0;               // of the latest job: the one that matches state_
   std::vector<StepJob> step_jobs_;
   std::uint64_t step_seq_ = 0;
   std::shared_ptr<StepWork> step_;  // while stepping: the job's work, its report and group
   RoundReport step_report_;
   std::set<NodeId> step_members_;
-  std::vector<float> theta_;
+  optim::Floats theta_;
   Time submitted_{0};
   OuterMode round_mode_ = OuterMode::noloco;
   bool entering_diloco_ = false;
   bool average_phi_ = false;       // this DiLoCo round averages φ as well
   std::uint64_t group_round_ = 0;  // the round the group agreed on
   std::optional<OpId> op_;
+  Time op_started_{0};
   std::vector<NodeId> group_;
   RoundReport matched_;  ///< the running op's report as its match began it
   std::vector<StartOp> ops_;

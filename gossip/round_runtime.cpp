@@ -81,7 +81,7 @@ void RoundRuntime::join(std::optional<std::size_t> values) {
   });
 }
 
-void RoundRuntime::submit(std::vector<float> theta) {
+void RoundRuntime::submit(optim::Floats theta) {
   dht_->post(
       [self = shared_from_this(), theta = std::move(theta)](dht::DhtNode&, dht::Time now) mutable {
         if (!self->engine_->idle()) {
@@ -155,12 +155,15 @@ void RoundRuntime::after_event() {
       });
     });
   // Snapshots are hashed on a thread of their own (seconds for a large state), then handed back
-  // on the strand. The job holds the engine's serialised state (shared, not copied) and the DHT
+  // on the strand. The job holds the engine's state blob (shared, not copied) and the DHT
   // runtime, never this object (whose last owner must not be that thread: it joins it).
   for (auto& job : engine_->take_snapshot_jobs())
     boost::asio::post(snapshot_pool_, [dht = dht_, weak, job = std::move(job)]() mutable {
-      auto snap = std::make_shared<const StateSnapshot>(job.run_id, job.round, std::move(job.bytes),
-                                                        job.chunk_bytes);
+      std::shared_ptr<const StateSnapshot> snap;
+      if (auto r = StateSnapshot::of(job.run_id, job.round, std::move(job.blob), job.chunk_bytes))
+        snap = std::move(*r);
+      else
+        spdlog::warn("cannot serve the state of round {}: {}", job.round, r.text());
       dht->post([weak, seq = job.seq, snap = std::move(snap)](dht::DhtNode&,
                                                               dht::Time now) mutable {
         if (auto s = weak.lock())

@@ -42,7 +42,7 @@ class RoundRuntime : public dht::DhtRuntime::Rider,
   void start(optim::OuterState state);
   void join(std::optional<std::size_t> values = std::nullopt);
   /// θ after the inner steps; ignored with an error line when a round is still in flight.
-  void submit(std::vector<float> theta);
+  void submit(optim::Floats theta);
   void request_mode(OuterMode mode, std::optional<std::uint64_t> from_round,
                     std::function<void(transport::Result<std::uint64_t>)> done);
   /// Runs fn(engine) on the strand (reading state, mixing θ).

@@ -78,33 +78,44 @@ transport::Result<StateRequest> decode_state_request(std::span<const std::uint8_
 
 // ---- donor side ----
 
-StateSnapshot::StateSnapshot(std::string run_id, std::uint64_t round,
-                             std::vector<std::uint8_t> blob, std::uint32_t chunk_bytes)
-    : StateSnapshot(std::move(run_id), round,
-                    std::make_shared<const std::vector<std::uint8_t>>(std::move(blob)),
-                    chunk_bytes) {}
+transport::Result<std::shared_ptr<const StateSnapshot>> StateSnapshot::of(
+    std::string run_id, std::uint64_t round, std::shared_ptr<const StateBlob> blob,
+    std::uint32_t chunk_bytes) {
+  if (!blob) blob = memory_blob({});
+  if (chunk_bytes == 0) return {errc::rejected, "snapshot chunk size 0"};
+  StateManifest m;
+  m.run_id = std::move(run_id);
+  m.round = round;
+  m.size = blob->size();
+  m.chunk_bytes = chunk_bytes;
+  std::vector<std::uint8_t> buf(
+      static_cast<std::size_t>(std::min<std::uint64_t>(chunk_bytes, m.size)));
+  for (std::uint64_t off = 0; off < m.size; off += chunk_bytes) {
+    const auto piece = std::span(buf).first(
+        static_cast<std::size_t>(std::min<std::uint64_t>(chunk_bytes, m.size - off)));
+    if (auto r = blob->read(off, piece); !r) return r.failure();
+    m.chunks.push_back(transport::blake2b_256(piece));
+  }
+  return std::shared_ptr<const StateSnapshot>(new StateSnapshot(std::move(blob), std::move(m)));
+}
 
-StateSnapshot::StateSnapshot(std::string run_id, std::uint64_t round,
-                             std::shared_ptr<const std::vector<std::uint8_t>> blob,
-                             std::uint32_t chunk_bytes)
-    : blob_(blob ? std::move(blob) : std::make_shared<const std::vector<std::uint8_t>>()) {
-  const auto& b = *blob_;
-  manifest_.run_id = std::move(run_id);
-  manifest_.round = round;
-  manifest_.size = b.size();
-  manifest_.chunk_bytes = chunk_bytes;
-  for (std::size_t off = 0; off < b.size(); off += chunk_bytes)
-    manifest_.chunks.push_back(transport::blake2b_256(
-        std::span(b).subspan(off, std::min<std::size_t>(chunk_bytes, b.size() - off))));
+StateSnapshot::StateSnapshot(std::shared_ptr<const StateBlob> blob, StateManifest m)
+    : blob_(std::move(blob)), manifest_(std::move(m)) {
   manifest_bytes_ = encode_manifest(manifest_);
   root_ = manifest_root(manifest_bytes_);
 }
 
-std::span<const std::uint8_t> StateSnapshot::chunk(std::uint32_t i) const {
-  const std::size_t off = std::size_t{i} * manifest_.chunk_bytes;
-  if (i >= chunks()) return {};
-  return std::span(*blob_).subspan(
-      off, std::min<std::size_t>(manifest_.chunk_bytes, blob_->size() - off));
+StateSnapshot::StateSnapshot(std::string run_id, std::uint64_t round,
+                             std::vector<std::uint8_t> blob, std::uint32_t chunk_bytes)
+    : StateSnapshot(**of(std::move(run_id), round, memory_blob(std::move(blob)), chunk_bytes)) {}
+
+transport::Result<std::vector<std::uint8_t>> StateSnapshot::chunk(std::uint32_t i) const {
+  if (i >= chunks()) return {errc::rejected, "no such chunk"};
+  const std::uint64_t off = std::uint64_t{i} * manifest_.chunk_bytes;
+  std::vector<std::uint8_t> b(
+      static_cast<std::size_t>(std::min<std::uint64_t>(manifest_.chunk_bytes, size() - off)));
+  if (auto r = blob_->read(off, b); !r) return r.failure();
+  return b;
 }
 
 // Newest first: an older snapshot stays while it fits in the budget (with `held` bytes already
@@ -140,17 +151,23 @@ transport::Result<std::vector<std::uint8_t>> StateServer::answer(
     std::span<const std::uint8_t> request) const {
   auto r = decode_state_request(request);
   if (!r) return r.error();
-  std::lock_guard lock(mu_);
-  for (const auto& h : snaps_) {
-    const auto& s = h.snap;
-    if (s->root() != r->root) continue;
-    h.asked = true;
-    if (!r->index) return s->manifest_bytes();
-    if (*r->index >= s->chunks()) return errc::rejected;
-    const auto c = s->chunk(*r->index);
-    return std::vector<std::uint8_t>(c.begin(), c.end());
+  std::shared_ptr<const StateSnapshot> s;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& h : snaps_)
+      if (h.snap->root() == r->root) {
+        h.asked = true;
+        s = h.snap;
+        break;
+      }
   }
-  return errc::rejected;  // not (or no longer) held
+  if (!s) return errc::rejected;  // not (or no longer) held
+  if (!r->index) return s->manifest_bytes();
+  // Read outside the lock (a chunk of a file-backed snapshot is a read of a few MiB).
+  auto c = s->chunk(*r->index);
+  if (!c && c.error() != make_error_code(errc::rejected))
+    spdlog::warn("state sync: cannot read chunk {} of our snapshot: {}", *r->index, c.text());
+  return c;
 }
 
 // ---- joiner side ----
@@ -158,8 +175,8 @@ transport::Result<std::vector<std::uint8_t>> StateServer::answer(
 StateDownload::StateDownload(std::string run_id, std::vector<StateOffer> offers,
                              StateSyncOptions opts, Time now, std::optional<SyncPartial> resume)
     : run_id_(std::move(run_id)), offers_(std::move(offers)), opts_(opts) {
-  if (resume && resume->have.size() == resume->manifest.chunks.size() &&
-      resume->blob.size() == resume->manifest.size) {
+  if (resume && resume->blob && resume->have.size() == resume->manifest.chunks.size() &&
+      resume->blob->size() == resume->manifest.size) {
     manifest_ = std::move(resume->manifest);
     manifest_root_ = resume->root;
     have_ = std::move(resume->have);
@@ -193,7 +210,7 @@ void StateDownload::start_donor(Time now) {
   asked_.clear();
   next_chunk_ = 0;
   verified_ = 0;
-  blob_.clear();
+  blob_.reset();
   request(std::nullopt, now);
 }
 
@@ -254,8 +271,18 @@ void StateDownload::on_response(std::uint64_t id, std::span<const std::uint8_t> 
     manifest_ = std::move(*m);
     manifest_root_ = o.root;
     have_.assign(manifest_->chunks.size(), false);
-    blob_.clear();
-    blob_.resize(manifest_->size);
+    blob_.reset();
+    auto store = opts_.store ? opts_.store : memory_blob_store();
+    auto w = store->create(manifest_->size);
+    if (!w) {
+      // Our own fault (a full disk), not the donor's: another donor would not help.
+      status_ = OpStatus::failed;
+      failure_ =
+          "cannot keep a state of " + std::to_string(manifest_->size) + " bytes: " + w.text();
+      pending_.clear();
+      return;
+    }
+    blob_ = std::move(*w);
     spdlog::info(
         "state sync: {} bytes of round {} in {} chunks of {} from {}; a request is given {} s "
         "plus its bytes in flight at {:.2f} MB/s (then the measured rate) x {}",
@@ -276,7 +303,12 @@ void StateDownload::on_response(std::uint64_t id, std::span<const std::uint8_t> 
   const std::size_t len = std::min<std::size_t>(manifest_->chunk_bytes, manifest_->size - off);
   if (body.size() != len || transport::blake2b_256(body) != manifest_->chunks[c])
     return next_donor("chunk " + std::to_string(c) + " does not match the manifest", now);
-  std::memcpy(blob_.data() + off, body.data(), len);
+  if (auto w = blob_->write(off, body); !w) {
+    status_ = OpStatus::failed;
+    failure_ = "cannot write the state's chunk " + std::to_string(c) + ": " + w.text();
+    pending_.clear();
+    return;
+  }
   have_[c] = true;
   ++fetched_;
   donor_bytes_ += len;
@@ -335,8 +367,16 @@ SyncProgress StateDownload::progress(Time now) const {
   return p;
 }
 
+std::shared_ptr<const StateBlob> StateDownload::take_blob() {
+  if (status_ != OpStatus::done) return nullptr;
+  if (!blob_) return memory_blob({});  // an empty state (no chunks)
+  auto b = blob_->seal();
+  blob_.reset();
+  return b;
+}
+
 std::optional<SyncPartial> StateDownload::take_partial() {
-  if (!manifest_ || verified_ == 0 || status_ == OpStatus::done) return std::nullopt;
+  if (!manifest_ || !blob_ || verified_ == 0 || status_ == OpStatus::done) return std::nullopt;
   SyncPartial p;
   p.root = manifest_root_;
   p.manifest = std::move(*manifest_);

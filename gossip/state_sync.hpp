@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "gossip/protocol.hpp"
+#include "gossip/state_blob.hpp"
 #include "optim/buffer.hpp"
 
 namespace grove::gossip {
@@ -68,24 +69,28 @@ struct StateRequest {
 std::vector<std::uint8_t> encode_state_request(const StateRequest& r);
 transport::Result<StateRequest> decode_state_request(std::span<const std::uint8_t> bytes);
 
-/// An immutable snapshot (donor side).
+/// An immutable snapshot (donor side) over a state blob: its chunks are read from the blob (a
+/// file, for the node) when a joiner asks for them.
 class StateSnapshot {
  public:
+  /// Hashes the blob's chunks (read one at a time); fails when the blob cannot be read.
+  static transport::Result<std::shared_ptr<const StateSnapshot>> of(
+      std::string run_id, std::uint64_t round, std::shared_ptr<const StateBlob> blob,
+      std::uint32_t chunk_bytes = 4u << 20);
+  /// Over bytes in memory (tests).
   StateSnapshot(std::string run_id, std::uint64_t round, std::vector<std::uint8_t> blob,
-                std::uint32_t chunk_bytes = 4u << 20);
-  /// Over bytes shared with their owner (the round engine's serialised state): not copied.
-  StateSnapshot(std::string run_id, std::uint64_t round,
-                std::shared_ptr<const std::vector<std::uint8_t>> blob,
                 std::uint32_t chunk_bytes = 4u << 20);
   const Digest& root() const { return root_; }
   std::uint64_t round() const { return manifest_.round; }
   std::uint64_t size() const { return blob_->size(); }
   const std::vector<std::uint8_t>& manifest_bytes() const { return manifest_bytes_; }
-  std::span<const std::uint8_t> chunk(std::uint32_t i) const;
+  /// Chunk i's bytes (errc::rejected past the last; the blob's error when it cannot be read).
+  transport::Result<std::vector<std::uint8_t>> chunk(std::uint32_t i) const;
   std::uint32_t chunks() const { return static_cast<std::uint32_t>(manifest_.chunks.size()); }
 
  private:
-  std::shared_ptr<const std::vector<std::uint8_t>> blob_;
+  StateSnapshot(std::shared_ptr<const StateBlob> blob, StateManifest m);
+  std::shared_ptr<const StateBlob> blob_;
   StateManifest manifest_;
   std::vector<std::uint8_t> manifest_bytes_;
   Digest root_{};
@@ -137,6 +142,8 @@ struct StateSyncOptions {
   std::uint64_t max_size = std::uint64_t{64} << 30;
   std::uint32_t max_chunk_bytes = 16u << 20;
   std::size_t max_chunks = 1u << 20;
+  /// Where a download's verified chunks are written (nullptr: in memory).
+  std::shared_ptr<BlobStore> store;
 };
 
 /// The verified part of a snapshot whose download failed: the next download of the same root
@@ -146,7 +153,7 @@ struct SyncPartial {
   StateManifest manifest;
   std::vector<bool> have;
   std::size_t verified = 0;
-  optim::ByteBuffer blob;
+  std::unique_ptr<BlobWriter> blob;  ///< the manifest's size; the verified chunks written
 };
 
 /// How far a download has come: verified bytes of the snapshot's size, at the rate measured
@@ -178,10 +185,8 @@ class StateDownload {
 
   OpStatus status() const { return status_; }
   const std::string& failure() const { return failure_; }
-  /// The verified snapshot (valid when done).
-  std::span<const std::uint8_t> blob() const { return blob_; }
-  /// Moves the verified snapshot out (blob() is empty after).
-  optim::ByteBuffer take_blob() { return std::move(blob_); }
+  /// The verified snapshot, once done (nullptr before, or once taken).
+  std::shared_ptr<const StateBlob> take_blob();
   const StateOffer& offer() const { return offers_.at(current_); }
   std::size_t donors_tried() const { return current_ + 1; }
   std::size_t chunks_fetched() const { return fetched_; }
@@ -217,9 +222,8 @@ class StateDownload {
   // The current donor's delivery: bytes of verified chunks since its first request went out.
   Time donor_since_{0};
   std::uint64_t donor_bytes_ = 0;
-  // Not zeroed when sized (every byte comes from a verified chunk): its pages are faulted in
-  // chunk by chunk, not all at once when the manifest arrives.
-  optim::ByteBuffer blob_;
+  // The manifest's size, from opts_.store; every byte comes from a verified chunk.
+  std::unique_ptr<BlobWriter> blob_;
   OpStatus status_ = OpStatus::running;
   std::string failure_;
   std::vector<Request> out_;

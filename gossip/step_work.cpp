@@ -1,5 +1,7 @@
 #include "gossip/step_work.hpp"
 
+#include <spdlog/spdlog.h>
+
 #include "transport/crypto.hpp"
 
 namespace grove::gossip {
@@ -9,64 +11,130 @@ Digest weights_hash(std::span<const float> phi) {
       {reinterpret_cast<const std::uint8_t*>(phi.data()), phi.size_bytes()});
 }
 
+Digest weights_hash(const optim::Floats& phi) {
+  transport::Blake2b256 h;
+  optim::by_fragments(phi.size(),
+                      [&](std::size_t lo, std::size_t hi) {
+                        h.update({reinterpret_cast<const std::uint8_t*>(phi.data() + lo),
+                                  (hi - lo) * sizeof(float)});
+                      },
+                      {&phi});
+  return h.final();
+}
+
+namespace {
+template <class A>
+auto part(A& a, std::size_t lo, std::size_t hi) {
+  return std::span(a.data() + lo, hi - lo);
+}
+}  // namespace
+
 void StepWork::run() {
   auto& phi = state.phi;
   auto& m = state.momentum;
+  const std::size_t n = phi.size();
+  // Scratch of one fragment (Δ, or φ before the step) for the steps that need one.
+  std::vector<float> scratch, scratch2;
+  const auto frag = [&](std::vector<float>& v, std::size_t len) {
+    if (v.size() < len) v.resize(std::min(n, optim::kFragment));
+    return std::span(v).first(len);
+  };
   switch (kind) {
     case Kind::none:
       break;
     case Kind::local:
       if (mode == OuterMode::noloco && noloco.one_tensor()) {
-        optim::noloco_step_theta(phi, m, theta, noloco, threads);
+        optim::by_fragments(n,
+                            [&](std::size_t lo, std::size_t hi) {
+                              optim::noloco_step_theta(part(phi, lo, hi), part(m, lo, hi),
+                                                       part(theta, lo, hi), noloco, threads);
+                            },
+                            {&phi, &m, &theta});
       } else {
-        std::vector<float> d(phi.size());
-        optim::pseudo_gradient(phi, theta, d, threads);
-        if (mode == OuterMode::diloco) {
-          optim::diloco_step(phi, m, d, diloco, threads);
-        } else {
-          const auto phi0 = phi;
-          optim::noloco_step(phi, m, d, phi0, noloco, threads);
-        }
+        optim::by_fragments(
+            n,
+            [&](std::size_t lo, std::size_t hi) {
+              auto d = frag(scratch, hi - lo);
+              optim::pseudo_gradient(part(phi, lo, hi), part(theta, lo, hi), d, threads);
+              if (mode == OuterMode::diloco) {
+                optim::diloco_step(part(phi, lo, hi), part(m, lo, hi), d, diloco, threads);
+              } else {
+                auto phi0 = frag(scratch2, hi - lo);
+                std::copy(phi.begin() + lo, phi.begin() + hi, phi0.begin());
+                optim::noloco_step(part(phi, lo, hi), part(m, lo, hi), d, phi0, noloco, threads);
+              }
+            },
+            {&phi, &m, &theta});
       }
       break;
     case Kind::noloco_mean:
-      if (noloco.one_tensor())
-        optim::noloco_step_theta(phi, m, theta, noloco, threads);
-      else
-        optim::noloco_step(phi, m, theta, phi_mean, noloco, threads);
+      optim::by_fragments(n,
+                          [&](std::size_t lo, std::size_t hi) {
+                            if (noloco.one_tensor())
+                              optim::noloco_step_theta(part(phi, lo, hi), part(m, lo, hi),
+                                                       part(theta, lo, hi), noloco, threads);
+                            else
+                              optim::noloco_step(part(phi, lo, hi), part(m, lo, hi),
+                                                 part(theta, lo, hi), part(phi_mean, lo, hi),
+                                                 noloco, threads);
+                          },
+                          {&phi, &m, &theta, &phi_mean});
       break;
     case Kind::parse: {
-      auto s = optim::deserialize(blob, max_values);
-      blob = {};
+      auto s = blob ? load_state(*blob, max_values, alloc) : std::nullopt;
       if (!s) {
+        blob = nullptr;
         error = "the downloaded state does not parse";
         return;
       }
       if (want && s->phi.size() != *want) {
+        blob = nullptr;
         error = "the downloaded state has " + std::to_string(s->phi.size()) + " values, we need " +
                 std::to_string(*want);
         return;
       }
-      if (s->momentum.size() != s->phi.size()) s->momentum.assign(s->phi.size(), 0.0f);
       state = std::move(*s);
-      break;
+      if (state.momentum.size() != state.phi.size()) {
+        state.momentum = optim::Floats::zeros(state.phi.size(), alloc);
+        blob = nullptr;  // no longer this state's form: written anew below
+      }
+      break;  // (else the download is served as it is: the state's own form)
     }
     case Kind::diloco_ring: {
       std::span<const float> mean_delta(ring);
       if (average_phi) {
         // Members entered from NoLoCo: one φ, one momentum (zero) and one round for the group.
-        const auto n = static_cast<std::ptrdiff_t>(phi.size());
-        std::copy(ring.begin(), ring.begin() + n, phi.begin());
-        std::fill(m.begin(), m.end(), 0.0f);
-        mean_delta = mean_delta.subspan(phi.size());
+        optim::by_fragments(n,
+                            [&](std::size_t lo, std::size_t hi) {
+                              std::copy(ring.begin() + static_cast<std::ptrdiff_t>(lo),
+                                        ring.begin() + static_cast<std::ptrdiff_t>(hi),
+                                        phi.begin() + lo);
+                              std::fill(m.begin() + lo, m.begin() + hi, 0.0f);
+                            },
+                            {&phi, &m});
+        mean_delta = mean_delta.subspan(n);
       }
-      optim::diloco_step(phi, m, mean_delta, diloco, threads);
+      optim::by_fragments(n,
+                          [&](std::size_t lo, std::size_t hi) {
+                            optim::diloco_step(part(phi, lo, hi), part(m, lo, hi),
+                                               mean_delta.subspan(lo, hi - lo), diloco, threads);
+                          },
+                          {&phi, &m});
       break;
     }
   }
   phi_mean = {};
   hash = weights_hash(phi);
-  if (serialise) bytes = std::make_shared<const std::vector<std::uint8_t>>(optim::serialize(state));
+  if (!store) {
+    blob = nullptr;
+    return;
+  }
+  if (blob) return;
+  if (auto b = save_state(*store, state))
+    blob = std::move(*b);
+  else
+    spdlog::warn("cannot keep the snapshot of round {} (joiners will not get it from us): {}",
+                 state.round, b.text());
 }
 
 }  // namespace grove::gossip

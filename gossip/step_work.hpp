@@ -1,7 +1,9 @@
 // StepWork: the model-sized work that ends a round, as one job for the driver to run off its
 // strand (seconds for a large model): the outer step with what the round's averaging gave (or the
-// local step alone), the new φ's hash and the new state's serialised form; or the parsing of a
-// downloaded state. run() touches nothing but the job's own fields.
+// local step alone), the new φ's hash and the new state's binary form (written piece by piece
+// into a blob of the engine's store); or the parsing of a downloaded state. Every pass walks the
+// arrays a fragment at a time and releases what it is done with (optim/floats.hpp). run() touches
+// nothing but the job's own fields and the store.
 #pragma once
 
 #include <memory>
@@ -11,6 +13,7 @@
 
 #include "gossip/mode.hpp"
 #include "gossip/protocol.hpp"
+#include "gossip/state_blob.hpp"
 #include "optim/buffer.hpp"
 #include "optim/outer.hpp"
 
@@ -18,6 +21,11 @@ namespace grove::gossip {
 
 /// BLAKE2b-256 of the values' bytes.
 Digest weights_hash(std::span<const float> phi);
+/// The same a fragment at a time, each released once hashed (paged arrays leave memory).
+Digest weights_hash(const optim::Floats& phi);
+inline Digest weights_hash(const std::vector<float>& v) {
+  return weights_hash(std::span<const float>(v));
+}
 
 struct StepWork {
   enum class Kind {
@@ -29,20 +37,22 @@ struct StepWork {
   } kind = Kind::none;
   optim::OuterState state;  ///< in: φ, momentum, the round after the step; out: the new state
   OuterMode mode = OuterMode::noloco;
-  std::vector<float> theta;     ///< local: θ; noloco_mean: the mean of θ, or of Δ (β ≠ γ)
-  std::vector<float> phi_mean;  ///< noloco_mean with β ≠ γ: the mean of φ
-  optim::FloatBuffer ring;      ///< diloco_ring: the result, kept for the next all-reduce
-  bool average_phi = false;     ///< diloco_ring: the result is mean φ ‖ mean Δ
+  optim::Floats theta;       ///< local: θ; noloco_mean: the mean of θ, or of Δ (β ≠ γ)
+  optim::Floats phi_mean;    ///< noloco_mean with β ≠ γ: the mean of φ
+  optim::FloatBuffer ring;   ///< diloco_ring: the result, kept for the next all-reduce
+  bool average_phi = false;  ///< diloco_ring: the result is mean φ ‖ mean Δ
   optim::NoLoCoConfig noloco;
   optim::DiLoCoConfig diloco;
   unsigned threads = 0;
-  optim::ByteBuffer blob;           ///< parse: the verified download
-  std::size_t max_values = 0;       ///< parse: optim::deserialize's bound
-  std::optional<std::size_t> want;  ///< parse: φ's size when known
-  std::string error;                ///< parse: why the state was refused (out)
-  bool serialise = false;           ///< make `bytes` (the engine serves snapshots)
-  Digest hash{};                    ///< out: of the new φ
-  std::shared_ptr<const std::vector<std::uint8_t>> bytes;  ///< out: optim::serialize(state)
+  std::shared_ptr<const StateBlob> blob;  ///< parse: the verified download; out: the new state's
+  std::size_t max_values = 0;             ///< parse: optim::deserialize's bound
+  optim::FloatAllocator alloc;            ///< parse: where the state's arrays go (none: the heap)
+  std::optional<std::size_t> want;        ///< parse: φ's size when known
+  std::string error;                      ///< parse: why the state was refused (out)
+  /// Where the new state's binary form goes (`blob`); nullptr: none is made (the engine serves
+  /// no snapshots).
+  std::shared_ptr<BlobStore> store;
+  Digest hash{};  ///< out: of the new φ
   void run();
 };
 

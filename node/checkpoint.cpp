@@ -19,6 +19,7 @@ constexpr std::uint32_t kMeta = 0x6d657461;  // "meta"
 constexpr std::uint32_t kOutr = 0x6f757472;  // "outr"
 constexpr std::uint32_t kWork = 0x776f726b;  // "work"
 constexpr std::size_t kHash = 32;
+constexpr std::size_t kPiece = 4u << 20;  // bytes read or copied at a time
 
 void put_le(std::vector<std::uint8_t>& b, std::uint64_t v, int bytes) {
   for (int i = 0; i < bytes; ++i) b.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
@@ -27,6 +28,18 @@ std::uint64_t get_le(const std::uint8_t* p, int bytes) {
   std::uint64_t v = 0;
   for (int i = bytes - 1; i >= 0; --i) v = (v << 8) | p[i];
   return v;
+}
+
+// Fills `out` from `fd` at `offset` (false: a read error or the end of the file).
+bool pread_all(int fd, std::uint64_t offset, std::span<std::uint8_t> out) {
+  for (std::size_t got = 0; got < out.size();) {
+    const ssize_t n =
+        ::pread(fd, out.data() + got, out.size() - got, static_cast<off_t>(offset + got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    got += static_cast<std::size_t>(n);
+  }
+  return true;
 }
 
 std::error_code last_error() {
@@ -58,9 +71,27 @@ bool emit_checkpoint(const Checkpoint& c,
     put_le(head, data.size(), 8);
     return out(head) && out(data);
   };
-  std::vector<std::uint8_t> serialized;
-  if (!c.outer_bytes) serialized = optim::serialize(c.outer);
-  const std::span<const std::uint8_t> outer = c.outer_bytes ? *c.outer_bytes : serialized;
+  // The outer state piece by piece: from the shared blob (read a piece at a time), or from the
+  // state's own vectors.
+  const auto outer_section = [&] {
+    std::vector<std::uint8_t> head;
+    put_le(head, kOutr, 4);
+    if (!c.outer_blob) {
+      put_le(head, optim::serialized_size(c.outer), 8);
+      return out(head) && optim::serialize_to(c.outer, out);
+    }
+    const std::uint64_t size = c.outer_blob->size();
+    put_le(head, size, 8);
+    if (!out(head)) return false;
+    std::vector<std::uint8_t> piece(
+        static_cast<std::size_t>(std::min<std::uint64_t>(size, kPiece)));
+    for (std::uint64_t off = 0; off < size; off += piece.size()) {
+      const auto p = std::span(piece).first(
+          static_cast<std::size_t>(std::min<std::uint64_t>(piece.size(), size - off)));
+      if (!c.outer_blob->read(off, p) || !out(p)) return false;
+    }
+    return true;
+  };
   std::vector<std::uint8_t> meta;
   put_le(meta, c.step, 8);
   put_le(meta, c.round, 8);
@@ -68,7 +99,7 @@ bool emit_checkpoint(const Checkpoint& c,
   if (!out({reinterpret_cast<const std::uint8_t*>(kMagic), 8}) ||
       !sec(kConf,
            {reinterpret_cast<const std::uint8_t*>(c.config_text.data()), c.config_text.size()}) ||
-      !sec(kMeta, meta) || !sec(kOutr, outer) || !sec(kWork, c.workload))
+      !sec(kMeta, meta) || !outer_section() || !sec(kWork, c.workload))
     return false;
   const auto d = h.final();
   return sink(d);
@@ -84,43 +115,71 @@ std::vector<std::uint8_t> encode_checkpoint(const Checkpoint& c) {
   return b;
 }
 
-transport::Result<Checkpoint> decode_checkpoint(std::span<const std::uint8_t> bytes,
-                                                std::size_t max_values) {
+transport::Result<Checkpoint> decode_checkpoint_from(std::uint64_t size,
+                                                     const optim::ByteReader& read,
+                                                     std::size_t max_values,
+                                                     const optim::FloatAllocator& alloc) {
   const auto bad = [](const char* w) -> transport::Result<Checkpoint> {
     return {transport::errc::malformed, w};
   };
-  if (bytes.size() < 8 + kHash || std::memcmp(bytes.data(), kMagic, 8) != 0)
+  std::uint8_t magic[8];
+  if (size < 8 + kHash || !read(0, magic) || std::memcmp(magic, kMagic, 8) != 0)
     return bad("not a grove checkpoint");
-  const auto body = bytes.first(bytes.size() - kHash);
-  const auto h = transport::blake2b_256(body);
-  if (std::memcmp(h.data(), bytes.data() + body.size(), kHash) != 0)
-    return bad("checksum mismatch (damaged or incomplete file)");
+  const std::uint64_t body = size - kHash;
+  {  // the hash first, over the whole body: nothing is parsed from a damaged file
+    transport::Blake2b256 h;
+    std::vector<std::uint8_t> piece(
+        static_cast<std::size_t>(std::min<std::uint64_t>(body, kPiece)));
+    for (std::uint64_t off = 0; off < body; off += piece.size()) {
+      const auto p = std::span(piece).first(
+          static_cast<std::size_t>(std::min<std::uint64_t>(piece.size(), body - off)));
+      if (!read(off, p)) return bad("unreadable");
+      h.update(p);
+    }
+    std::uint8_t want[kHash];
+    if (!read(body, want)) return bad("unreadable");
+    const auto got = h.final();
+    if (std::memcmp(got.data(), want, kHash) != 0)
+      return bad("checksum mismatch (damaged or incomplete file)");
+  }
   Checkpoint c;
   bool conf = false, meta = false, outr = false, work = false;
-  for (std::size_t at = 8; at < body.size();) {
-    if (body.size() - at < 12) return bad("truncated section header");
-    const auto tag = static_cast<std::uint32_t>(get_le(body.data() + at, 4));
-    const auto len = get_le(body.data() + at + 4, 8);
+  const auto bytes_of = [&](std::uint64_t at, std::uint64_t len, std::vector<std::uint8_t>& v) {
+    v.resize(static_cast<std::size_t>(len));
+    return read(at, v);
+  };
+  for (std::uint64_t at = 8; at < body;) {
+    std::uint8_t head[12];
+    if (body - at < 12 || !read(at, head)) return bad("truncated section header");
+    const auto tag = static_cast<std::uint32_t>(get_le(head, 4));
+    const auto len = get_le(head + 4, 8);
     at += 12;
-    if (len > body.size() - at) return bad("section longer than the file");
-    const auto data = body.subspan(at, static_cast<std::size_t>(len));
-    at += static_cast<std::size_t>(len);
+    if (len > body - at) return bad("section longer than the file");
+    const std::uint64_t data = at;
+    at += len;
+    std::vector<std::uint8_t> v;
     if (tag == kConf && !conf) {
-      c.config_text.assign(reinterpret_cast<const char*>(data.data()), data.size());
+      if (!bytes_of(data, len, v)) return bad("unreadable");
+      c.config_text.assign(v.begin(), v.end());
       conf = true;
     } else if (tag == kMeta && !meta) {
-      if (data.size() != 24) return bad("bad counters section");
-      c.step = get_le(data.data(), 8);
-      c.round = get_le(data.data() + 8, 8);
-      c.tokens = get_le(data.data() + 16, 8);
+      if (len != 24 || !bytes_of(data, len, v)) return bad("bad counters section");
+      c.step = get_le(v.data(), 8);
+      c.round = get_le(v.data() + 8, 8);
+      c.tokens = get_le(v.data() + 16, 8);
       meta = true;
     } else if (tag == kOutr && !outr) {
-      auto o = optim::deserialize(data, max_values);
+      auto o = optim::deserialize_from(
+          len,
+          [&](std::uint64_t off, std::span<std::uint8_t> out) {
+            return off <= len && out.size() <= len - off && read(data + off, out);
+          },
+          max_values, alloc);
       if (!o) return bad("bad outer state");
       c.outer = std::move(*o);
       outr = true;
     } else if (tag == kWork && !work) {
-      c.workload.assign(data.begin(), data.end());
+      if (!bytes_of(data, len, c.workload)) return bad("unreadable");
       work = true;
     } else {
       return bad("unknown or repeated section");
@@ -128,6 +187,18 @@ transport::Result<Checkpoint> decode_checkpoint(std::span<const std::uint8_t> by
   }
   if (!(conf && meta && outr && work)) return bad("a section is missing");
   return c;
+}
+
+transport::Result<Checkpoint> decode_checkpoint(std::span<const std::uint8_t> bytes,
+                                                std::size_t max_values) {
+  return decode_checkpoint_from(
+      bytes.size(),
+      [&](std::uint64_t offset, std::span<std::uint8_t> out) {
+        if (offset > bytes.size() || out.size() > bytes.size() - offset) return false;
+        if (!out.empty()) std::memcpy(out.data(), bytes.data() + offset, out.size());
+        return true;
+      },
+      max_values);
 }
 
 namespace {
@@ -188,7 +259,8 @@ std::error_code save_checkpoint(const std::filesystem::path& dir, const Checkpoi
   return {};
 }
 
-LoadedCheckpoint load_latest(const std::filesystem::path& dir, std::uint64_t max_bytes) {
+LoadedCheckpoint load_latest(const std::filesystem::path& dir, std::uint64_t max_bytes,
+                             const optim::FloatAllocator& alloc) {
   std::string problems;
   // checkpoint.next exists only between its (atomic) creation and the final rename: then it is
   // the newest complete one.
@@ -203,20 +275,14 @@ LoadedCheckpoint load_latest(const std::filesystem::path& dir, std::uint64_t max
       problems += std::string(problems.empty() ? "" : "; ") + name + ": too large or unreadable";
       continue;
     }
-    std::vector<std::uint8_t> bytes(static_cast<std::size_t>(st.st_size));
-    std::size_t off = 0;
-    bool ok = true;
-    while (off < bytes.size()) {
-      const ssize_t n = ::read(fd, bytes.data() + off, bytes.size() - off);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        ok = false;
-        break;
-      }
-      off += static_cast<std::size_t>(n);
-    }
+    // Read piece by piece (pread): the file is never held in memory whole.
+    auto c = decode_checkpoint_from(
+        static_cast<std::uint64_t>(st.st_size),
+        [fd](std::uint64_t offset, std::span<std::uint8_t> out) {
+          return pread_all(fd, offset, out);
+        },
+        std::size_t{1} << 31, alloc);
     ::close(fd);
-    auto c = ok ? decode_checkpoint(bytes) : transport::Result<Checkpoint>(transport::errc::malformed, "read failed");
     if (c) return {std::move(*c), problems};
     problems += std::string(problems.empty() ? "" : "; ") + name + ": " + c.why();
   }

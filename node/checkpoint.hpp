@@ -22,7 +22,8 @@
 #include <system_error>
 #include <vector>
 
-#include "optim/outer.hpp"
+#include "gossip/state_blob.hpp"
+#include "optim/state_format.hpp"
 #include "transport/error.hpp"
 
 namespace grove::node {
@@ -33,10 +34,11 @@ struct Checkpoint {
   std::uint64_t round = 0;  ///< outer rounds done (== outer.round)
   std::uint64_t tokens = 0;
   optim::OuterState outer;
-  /// When set, written in place of `outer`: its bytes as optim::serialize() writes them (the
-  /// round engine's state snapshot, shared: a model-sized state is neither copied nor serialised
-  /// again for its checkpoint). decode_checkpoint() fills `outer` and leaves this empty.
-  std::shared_ptr<const std::vector<std::uint8_t>> outer_bytes;
+  /// When set, written in place of `outer`: its binary form (the round engine's state blob,
+  /// shared, and copied into the file piece by piece: a model-sized state is neither copied in
+  /// memory nor serialised again for its checkpoint). decode_checkpoint() fills `outer` and
+  /// leaves this empty.
+  std::shared_ptr<const gossip::StateBlob> outer_blob;
   std::vector<std::uint8_t> workload;  ///< Workload::save() (optimiser state, not θ)
   friend bool operator==(const Checkpoint&, const Checkpoint&) = default;
 };
@@ -45,6 +47,12 @@ std::vector<std::uint8_t> encode_checkpoint(const Checkpoint& c);
 /// Parses a checkpoint file's bytes (errc::malformed with the reason).
 transport::Result<Checkpoint> decode_checkpoint(std::span<const std::uint8_t> bytes,
                                                 std::size_t max_values = std::size_t{1} << 31);
+/// The same over a file of `size` bytes read through `read` piece by piece (load_latest): the
+/// hash is checked in one pass, then the outer state is read straight into its vectors.
+transport::Result<Checkpoint> decode_checkpoint_from(std::uint64_t size,
+                                                     const optim::ByteReader& read,
+                                                     std::size_t max_values = std::size_t{1} << 31,
+                                                     const optim::FloatAllocator& alloc = {});
 
 /// Writes `c` into `dir` atomically (see above). Returns the error, if any (logged by the caller:
 /// a failed checkpoint is not fatal, the previous one stays).
@@ -55,7 +63,10 @@ struct LoadedCheckpoint {
   std::optional<Checkpoint> checkpoint;  ///< nullopt: none, or none that is whole
   std::string skipped;                   ///< damaged or unreadable files passed over, and why
 };
-LoadedCheckpoint load_latest(const std::filesystem::path& dir, std::uint64_t max_bytes = std::uint64_t{64} << 30);
+/// The outer state's arrays are made by `alloc` (none: the heap).
+LoadedCheckpoint load_latest(const std::filesystem::path& dir,
+                             std::uint64_t max_bytes = std::uint64_t{64} << 30,
+                             const optim::FloatAllocator& alloc = {});
 
 /// Writes `data` to `path` atomically: temporary file, fsync, rename, fsync of the directory.
 std::error_code write_file_atomically(const std::filesystem::path& path,

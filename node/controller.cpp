@@ -151,8 +151,12 @@ void Controller::on_inner_done(Time phase, std::size_t live, Time now) {
 }
 
 void Controller::on_theta(std::span<const float> theta, Time now) {
+  on_theta(optim::all_finite(theta), now);
+}
+
+void Controller::on_theta(bool finite, Time now) {
   if (phase_ != Phase::running || in_round_ || stopping_) return;
-  if (!optim::all_finite(theta)) {
+  if (!finite) {
     // A diverged inner phase (a trainer's NaN or Inf) would poison φ and every partner: it is
     // dropped, and the round goes on with φ (the next phase starts from the new φ).
     ++dropped_;

@@ -105,6 +105,8 @@ class Controller {
   void on_inner_done(Time phase, std::size_t live, Time now);
   /// θ as it stands, after a `check` (only read: NaN/Inf are dropped here).
   void on_theta(std::span<const float> theta, Time now);
+  /// The same when the driver has checked θ itself (a fragment at a time): every value finite.
+  void on_theta(bool finite, Time now);
   /// No inner phase from now on (a step budget is spent): the phase under way, if any, is
   /// abandoned; a phase that ended is still submitted; the run ends with the round in flight.
   void finish(Time now);

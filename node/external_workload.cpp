@@ -15,6 +15,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "optim/floats.hpp"
 #include "transport/error.hpp"
 
 namespace grove::node {
@@ -303,7 +304,35 @@ std::size_t ExternalWorkload::num_params() const {
   return impl_->params;
 }
 
+namespace {
+// Copies between θ in shared memory and the node's buffer a fragment at a time, handing the
+// node's mapping of each shared fragment back once copied (madvise: the values stay in the
+// segment, which the trainer maps): θ is the trainer's memory, not the node's. The node's side
+// is handed back too when it is paged (`side`, optim/floats.hpp).
+void copy_released(float* dst, const float* src, std::size_t n, float* shm,
+                   const optim::Floats* side = nullptr) {
+  static const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  for (std::size_t lo = 0; lo < n; lo += optim::kFragment) {
+    const std::size_t len = std::min(optim::kFragment, n - lo);
+    std::memcpy(dst + lo, src + lo, len * sizeof(float));
+    const auto base = reinterpret_cast<std::uintptr_t>(shm);
+    const std::uintptr_t a = (base + lo * sizeof(float) + page - 1) / page * page;
+    const std::uintptr_t b = (base + (lo + len) * sizeof(float)) / page * page;
+    if (b > a) ::madvise(reinterpret_cast<void*>(a), b - a, MADV_DONTNEED);
+    if (side) side->release(lo, lo + len);
+  }
+}
+}  // namespace
+
 void ExternalWorkload::get_params(std::span<float> out) const {
+  fetch(out, nullptr);
+}
+
+void ExternalWorkload::get_params_into(optim::Floats& out) const {
+  fetch(out, &out);
+}
+
+void ExternalWorkload::fetch(std::span<float> out, const optim::Floats* side) const {
   auto& i = *impl_;
   const auto t0 = Clock::now();
   while (i.conn >= 0) {
@@ -314,7 +343,7 @@ void ExternalWorkload::get_params(std::span<float> out) const {
     TrainerMessage m;
     const Got g = i.read_message(i.conn, Clock::now() + kStoreWait, m);
     if (g == Got::message && std::holds_alternative<TrainerStored>(m)) {
-      std::memcpy(out.data(), i.shm, out.size() * sizeof(float));
+      copy_released(out.data(), i.shm, out.size(), i.shm, side);
       // A trainer's first store moves its parameters into shared memory (a one-time copy):
       // counted apart from the hand-offs of a running trainer.
       if (i.stored_once) {
@@ -329,13 +358,21 @@ void ExternalWorkload::get_params(std::span<float> out) const {
     i.drop(g == Got::timed_out ? "did not store its parameters within 120 s" : "went away");
   }
   // No trainer: the latest θ in shared memory.
-  std::memcpy(out.data(), i.shm, out.size() * sizeof(float));
+  copy_released(out.data(), i.shm, out.size(), i.shm, side);
 }
 
 void ExternalWorkload::set_params(std::span<const float> in) {
+  store(in, nullptr);
+}
+
+void ExternalWorkload::set_params_from(const optim::Floats& in) {
+  store(in, &in);
+}
+
+void ExternalWorkload::store(std::span<const float> in, const optim::Floats* side) {
   auto& i = *impl_;
   const auto t0 = Clock::now();
-  std::memcpy(i.shm, in.data(), in.size() * sizeof(float));
+  copy_released(i.shm, in.data(), in.size(), i.shm, side);
   ++i.stats.sets;
   i.stats.set_s += std::chrono::duration<double>(Clock::now() - t0).count();
   i.have_theta = true;
@@ -389,14 +426,17 @@ double ExternalWorkload::evaluate() {
 ExternalWorkload::Handoff ExternalWorkload::handoff(bool measure_memcpy) const {
   auto h = impl_->stats;
   h.bytes = static_cast<double>(impl_->params * sizeof(float));
-  if (measure_memcpy && impl_->shm && h.bytes <= 2e9) {  // two more copies of θ for this
-    std::vector<float> a(impl_->params), b(impl_->params);
-    std::memcpy(a.data(), impl_->shm, a.size() * sizeof(float));  // both buffers touched once
-    std::memcpy(b.data(), a.data(), b.size() * sizeof(float));
+  // A plain memcpy of up to 64 MiB between two buffers, the best of three, scaled to θ's bytes
+  // (the rate does not depend on the size at these sizes; two model-sized buffers would add
+  // twice θ's bytes to the node's peak memory).
+  if (measure_memcpy && impl_->shm && impl_->params > 0) {
+    const std::size_t n = std::min<std::size_t>(impl_->params, std::size_t{16} << 20);
+    std::vector<float> a(impl_->shm, impl_->shm + n), b(n);  // both touched once
     for (int k = 0; k < 3; ++k) {
       const auto t0 = Clock::now();
-      std::memcpy(b.data(), a.data(), b.size() * sizeof(float));
-      const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+      std::memcpy(b.data(), a.data(), n * sizeof(float));
+      const double s = std::chrono::duration<double>(Clock::now() - t0).count() *
+                       static_cast<double>(impl_->params) / static_cast<double>(n);
       if (!(s >= h.memcpy_s)) h.memcpy_s = s;
     }
   }

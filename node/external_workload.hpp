@@ -53,6 +53,8 @@ class ExternalWorkload final : public Workload {
   std::size_t num_params() const override;
   void get_params(std::span<float> out) const override;
   void set_params(std::span<const float> in) override;
+  void get_params_into(optim::Floats& out) const override;
+  void set_params_from(const optim::Floats& in) override;
   StepResult train_step(std::uint64_t step) override;
   double evaluate() override;
   double loss_floor() const override { return NAN; }
@@ -70,13 +72,15 @@ class ExternalWorkload final : public Workload {
     std::uint64_t gets = 0, sets = 0;
     double get_s = 0, set_s = 0;
     double bytes = 0;       ///< of one hand-off
-    double memcpy_s = NAN;  ///< one plain copy of `bytes`
+    double memcpy_s = NAN;  ///< one plain copy of `bytes` (timed over up to 64 MiB, scaled)
   };
   Handoff handoff(bool measure_memcpy) const;
 
   struct Impl;
 
  private:
+  void fetch(std::span<float> out, const optim::Floats* side) const;
+  void store(std::span<const float> in, const optim::Floats* side);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -65,6 +65,7 @@ void Metrics::write(const Progress& p, const event::Round& e) {
            .num("tokens_per_s", e.tokens_per_s)
            .count("round_bytes_sent", e.bytes_sent)
            .count("round_bytes_received", e.bytes_received)
+           .num("transfer_s", e.transfer_s)
            .flag("local_only", e.local_only)
            .str("note", e.note)
            .num("compute_s", e.compute_s)

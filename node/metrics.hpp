@@ -40,6 +40,7 @@ struct Round {
   std::string mode, note;
   double tokens_per_s = 0;
   std::uint64_t bytes_sent = 0, bytes_received = 0;
+  double transfer_s = 0;  ///< the round's exchange or all-reduce, start to outcome
   bool local_only = false;
   double compute_s = 0, eval_s = 0, wall_s = 0;
 };

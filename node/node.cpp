@@ -12,6 +12,7 @@
 #include "node/metrics.hpp"
 #include "node/network.hpp"
 #include "node/servers.hpp"
+#include "node/state_files.hpp"
 #include "node/training_loop.hpp"
 #include "node/workload.hpp"
 #include "transport/crypto.hpp"
@@ -30,8 +31,14 @@ std::string random_nonce() {
   return b;
 }
 
-gossip::RoundOptions round_options(const RunConfig& c, unsigned threads) {
+gossip::RoundOptions round_options(const RunConfig& c, unsigned threads,
+                                   const std::filesystem::path& state_dir,
+                                   optim::FloatAllocator floats) {
   gossip::RoundOptions o;
+  // The snapshots served to joiners, the state being downloaded, φ and the momentum: files, not
+  // memory.
+  o.blobs = state_files(state_dir / "blobs");
+  o.floats = std::move(floats);
   o.mode = c.outer;
   o.noloco.alpha = c.noloco_alpha;
   o.noloco.beta = c.noloco_beta;
@@ -61,6 +68,7 @@ gossip::RoundOptions round_options(const RunConfig& c, unsigned threads) {
 struct Node::Impl {
   CliOptions o;
   std::filesystem::path state_dir;
+  optim::FloatAllocator floats;  ///< φ, the momentum: pages of files in state_dir/blobs
   std::optional<transport::SwarmKey> swarm_key;
   std::optional<Checkpoint> resume;
   RunConfig config;
@@ -112,7 +120,7 @@ int Node::run() {
   }
   TrainingSetup s{m.o,        m.config,       m.run_name, m.start_kind, join_command, *m.workload,
                   m.external, m.resume,       *m.net,     m.members,    m.round,      *m.board,
-                  *m.metrics, *m.checkpoints, m.console,  m.reports,    m.stopping};
+                  *m.metrics, *m.checkpoints, m.console,  m.reports,    m.stopping,   m.floats};
   return run_training(s);
 }
 
@@ -122,6 +130,7 @@ void Node::Impl::start() {
   std::filesystem::create_directories(state_dir, ec);
   if (ec) throw ConfigError("state dir '" + state_dir.string() + "': " + ec.message());
   const auto identity = transport::Identity::load_or_create(state_dir);
+  floats = float_pages(state_dir / "blobs");
 
   if (o.swarm_key_file) {
     if (o.bootstrap && !std::filesystem::exists(*o.swarm_key_file)) {
@@ -135,7 +144,7 @@ void Node::Impl::start() {
     swarm_key = transport::SwarmKey::load(*o.swarm_key_file);
   }
 
-  auto loaded = load_latest(state_dir);
+  auto loaded = load_latest(state_dir, std::uint64_t{64} << 30, floats);
   if (!loaded.skipped.empty()) spdlog::warn("checkpoint: {}", loaded.skipped);
   resume = std::move(loaded.checkpoint);
   if (resume) {
@@ -210,7 +219,7 @@ void Node::Impl::start() {
   members = net->dht()->join(run_name, dht::MembershipOptions{}, self);
   round = gossip::RoundRuntime::create(net->host(), net->dht(), net->gossip(), members,
                                        net->state_server(), run_name, self.addresses,
-                                       round_options(config, o.threads),
+                                       round_options(config, o.threads, state_dir, floats),
                                        [this](const gossip::RoundReport& r) { reports.push(r); });
   net->attach(members, round, *servers);
   net->on_signal([this](int sig) {

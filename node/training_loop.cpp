@@ -95,7 +95,10 @@ class Loop {
   TrainingSetup& s_;
   Controller ctl_;
   const std::size_t P_;
-  std::vector<float> theta_;
+  /// θ as the node takes it from the workload: in the node's pages (s_.floats), walked a
+  /// fragment at a time; it goes to the round engine with a submit and comes back as a spare.
+  optim::Floats theta_;
+  void take_theta();
   Tally t_;
   bool started_ = false, phase_pending_ = false;
   std::optional<int> exit_;
@@ -138,6 +141,11 @@ int Loop::run() {
   return finish();
 }
 
+void Loop::take_theta() {
+  if (theta_.size() != P_) theta_ = optim::Floats::zeros(P_, s_.floats);
+  s_.workload.get_params_into(theta_);
+}
+
 // Until the controller has nothing more to do (an action may give it more), or the run ends.
 void Loop::run_actions() {
   for (auto acts = ctl_.take_actions(); !acts.empty() && !exit_; acts = ctl_.take_actions())
@@ -150,11 +158,13 @@ void Loop::run_actions() {
 void Loop::execute(const Action& a) {
   switch (a.kind) {
     case Kind::start_fresh: {
-      theta_.resize(P_);
-      s_.workload.get_params(theta_);
+      // φ and the momentum in the node's pages from the start (zeros until written); θ is read
+      // straight into φ.
       optim::OuterState st;
-      st.phi = theta_;
-      st.momentum.assign(P_, 0.0f);
+      st.phi = optim::Floats::zeros(P_, s_.floats);
+      st.momentum = optim::Floats::zeros(P_, s_.floats);
+      s_.workload.get_params(st.phi);
+      st.phi.release();
       s_.round->start(std::move(st));
       return;
     }
@@ -177,20 +187,25 @@ void Loop::execute(const Action& a) {
       return;
     case Kind::load_phi:
       with_engine([&](gossip::RoundEngine& e) {
-        theta_ = e.state().phi;  // into the buffer we hold (its pages are mapped)
+        const auto& phi = e.state().phi;
+        if (theta_.size() != P_) theta_ = optim::Floats::zeros(P_, s_.floats);
+        optim::by_fragments(P_,
+                            [&](std::size_t lo, std::size_t hi) {
+                              std::copy(phi.begin() + lo, phi.begin() + hi, theta_.begin() + lo);
+                            },
+                            {&phi, &theta_});
         t_.progress.round = e.state().round;
       });
-      s_.workload.set_params(theta_);
+      s_.workload.set_params_from(theta_);
       if (a.source != Action::Source::none) begin(a.source);
       return;
     case Kind::mix:
-      theta_.resize(P_);
-      s_.workload.get_params(theta_);
+      take_theta();
       with_engine([&](gossip::RoundEngine& e) {
         e.mix(theta_, a.alpha);
         t_.progress.round = e.state().round;
       });
-      s_.workload.set_params(theta_);
+      s_.workload.set_params_from(theta_);
       return;
     case Kind::train:
       if (s_.o.max_steps && t_.progress.step >= *s_.o.max_steps)
@@ -198,11 +213,18 @@ void Loop::execute(const Action& a) {
       else
         phase_pending_ = true;
       return;
-    case Kind::check:
-      theta_.resize(P_);
-      s_.workload.get_params(theta_);
-      ctl_.on_theta(theta_, now_ms());
+    case Kind::check: {
+      take_theta();
+      bool finite = true;
+      optim::by_fragments(P_,
+                          [&](std::size_t lo, std::size_t hi) {
+                            finite =
+                                finite && optim::all_finite(std::span(theta_.data() + lo, hi - lo));
+                          },
+                          {&theta_});
+      ctl_.on_theta(finite, now_ms());
       return;
+    }
     case Kind::submit:
       s_.round->submit(std::move(theta_));  // moved: one model-sized buffer less meanwhile
       theta_.clear();
@@ -366,6 +388,7 @@ void Loop::tally(const gossip::RoundReport& r) {
   e.tokens_per_s = t_.tokens_per_s;
   e.bytes_sent = r.bytes_sent;
   e.bytes_received = r.bytes_received;
+  e.transfer_s = std::chrono::duration<double>(r.transfer_time).count();
   e.local_only = r.local_only;
   e.note = r.note;
   e.compute_s = t_.compute_s;
@@ -404,15 +427,15 @@ std::size_t Loop::live_members() {
   });
 }
 
-// A checkpoint of the engine's state as the snapshot it serves to joiners (shared bytes:
-// nothing model-sized is copied; while a step runs these are still the state of its round).
+// A checkpoint of the engine's state as the snapshot it serves to joiners (its blob, shared:
+// nothing model-sized is copied; while a step runs it is still the state of its round).
 void Loop::checkpoint() {
   Checkpoint c;
   with_engine([&](gossip::RoundEngine& e) {
     c.round = e.state().round;
-    c.outer_bytes = e.state_bytes();
+    c.outer_blob = e.state_blob();
   });
-  if (!c.outer_bytes) return;
+  if (!c.outer_blob) return;
   c.config_text = s_.config.to_text();
   c.step = t_.progress.step;
   c.tokens = t_.tokens;

@@ -63,6 +63,8 @@ struct TrainingSetup {
   Console& console;
   ReportQueue& reports;
   const std::atomic<bool>& stopping;
+  /// Where φ and the momentum are made (node/state_files.hpp; none: the heap).
+  optim::FloatAllocator floats;
 };
 
 /// Trains until the controller ends the run; returns the process exit code.

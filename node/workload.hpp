@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "node/config.hpp"
+#include "optim/floats.hpp"
 #include "transport/error.hpp"
 
 namespace grove::node {
@@ -36,6 +37,17 @@ class Workload {
   virtual void get_params(std::span<float> out) const = 0;
   /// Replaces θ (after an outer step, a state sync or a checkpoint load).
   virtual void set_params(std::span<const float> in) = 0;
+  /// The same into or out of the node's pages (optim/floats.hpp), released when done; the
+  /// external workload copies and releases a fragment at a time, so that θ is never resident
+  /// in the node whole.
+  virtual void get_params_into(optim::Floats& out) const {
+    get_params(std::span<float>(out));
+    out.release();
+  }
+  virtual void set_params_from(const optim::Floats& in) {
+    set_params(std::span<const float>(in));
+    in.release();
+  }
   /// One inner step: a batch of this node's data, forward, backward, clip, optimiser step with
   /// the learning rate of inner step `step` (warm-up + cosine).
   virtual StepResult train_step(std::uint64_t step) = 0;

@@ -1,6 +1,6 @@
 // Outer optimizer steps of DiLoCo, NoLoCo and SparseLoCo on flat float32 buffers, with their
-// state explicit and serialisable (checkpoints, state sync to joiners). Pure math: no
-// networking, no libtorch. Rules: ../shared/ALGORITHMS.md.
+// state explicit (its binary form: optim/state_format.hpp). Pure math: no networking, no
+// libtorch. Rules: ../shared/ALGORITHMS.md.
 //   Every step takes `threads`: 1 runs on the caller's thread (no allocation); n > 1 splits the
 //   buffers into n slices on n threads (0 = one per hardware thread, at most 8) once there are at
 //   least 2^18 values per slice. One thread does not reach the memory bandwidth here
@@ -13,6 +13,8 @@
 #include <optional>
 #include <span>
 #include <vector>
+
+#include "optim/floats.hpp"
 
 namespace grove::optim {
 
@@ -67,25 +69,14 @@ void overlap_mix(std::span<float> theta_local, std::span<float> phi, std::span<c
                  float alpha = 0.5f, unsigned threads = 1);
 
 /// Everything the outer loop carries from round to round.
+/// The arrays may live in pages the node hands back between uses (optim/floats.hpp).
 struct OuterState {
   std::uint64_t round = 0;
-  std::vector<float> phi;       ///< slow weights
-  std::vector<float> momentum;  ///< DiLoCo b / NoLoCo m (empty if unused)
-  std::vector<float> error;     ///< SparseLoCo error buffer (empty if unused)
+  Floats phi;       ///< slow weights
+  Floats momentum;  ///< DiLoCo b / NoLoCo m (empty if unused)
+  Floats error;     ///< SparseLoCo error buffer (empty if unused)
   friend bool operator==(const OuterState&, const OuterState&) = default;
 };
-
-/// Binary form: "GRVOUT02", u64 round, three (u64 count, float32 LE values) arrays, and
-/// state_checksum() of everything before it (optim links no crypto library; the checkpoint and
-/// the state sync seal these bytes with BLAKE2b as well). Parsing is bounded by `max_values` per
-/// array and rejects non-finite values, bad sizes and bad checksums. "GRVOUT01" (the same with a
-/// byte-wise FNV-1a 64, ~1 s per 800 MB) is still read.
-std::vector<std::uint8_t> serialize(const OuterState& s);
-std::optional<OuterState> deserialize(std::span<const std::uint8_t> bytes,
-                                      std::size_t max_values = std::size_t{1} << 31);
-/// GRVOUT02's checksum: FNV-style steps over 64-bit words in four independent lanes (tens of
-/// ms for 800 MB), length folded in. Detects damage; not a defence against forgery.
-std::uint64_t state_checksum(std::span<const std::uint8_t> bytes);
 
 /// True when every value is finite.
 bool all_finite(std::span<const float> x);

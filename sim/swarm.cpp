@@ -293,9 +293,9 @@ bool Swarm::drain(std::size_t i) {
   }
   for (auto& job : n.engine->take_snapshot_jobs()) {  // built at once (virtual time)
     any = true;
-    auto snap =
-        std::make_shared<gossip::StateSnapshot>(job.run_id, job.round, job.bytes, job.chunk_bytes);
-    dht_.call(i, [&](dht::DhtNode&) { n.engine->on_snapshot(job.seq, std::move(snap), now_); });
+    auto snap = gossip::StateSnapshot::of(job.run_id, job.round, job.blob, job.chunk_bytes);
+    if (!snap) throw std::logic_error("a memory blob failed: " + snap.text());
+    dht_.call(i, [&](dht::DhtNode&) { n.engine->on_snapshot(job.seq, std::move(*snap), now_); });
   }
   for (auto& req : n.engine->take_state_requests()) {
     any = true;
@@ -362,7 +362,7 @@ bool Swarm::act(std::size_t i) {
         dht_.call(i, [&](dht::DhtNode&) { n.engine->join(now_, opts_.params); });
         break;
       case K::load_phi:
-        n.theta = n.engine->state().phi;
+        n.theta = n.engine->state().phi.to_vector();
         break;
       case K::mix:
         n.engine->mix(n.theta, a.alpha);

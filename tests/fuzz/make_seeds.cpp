@@ -563,10 +563,11 @@ void gossip_seeds(const fs::path& dir) {
   g::ExchangeOptions eo;
   eo.codec = g::WireCodec::fp32;
   eo.chunk_values = gz::kChunk;
-  auto e_core =
-      g::GroupExchange::create(gz::op(), gz::peer(0), {gz::peer(1), gz::peer(0)},
-                               {std::vector<float>(gz::kExchangeValues, 0.4f)}, eo, g::Time(0))
-          .value();
+  auto e_core = g::GroupExchange::create(
+                    gz::op(), gz::peer(0), {gz::peer(1), gz::peer(0)},
+                    std::vector<std::vector<float>>{std::vector<float>(gz::kExchangeValues, 0.4f)},
+                    eo, g::Time(0))
+                    .value();
   auto& e = *e_core;
   for (auto& o : e.take_outgoing()) put("exchange", 4, o.data.span());
   // Control messages and malformed variants.
@@ -727,9 +728,11 @@ void checkpoint_seeds(const fs::path& dir) {
   c.round = 12;
   c.tokens = 1'000'000;
   c.outer.round = 12;
+  c.outer.phi.assign(8, 0.0f);
+  c.outer.momentum.assign(8, 0.0f);
   for (int i = 0; i < 8; ++i) {
-    c.outer.phi.push_back(0.125f * static_cast<float>(i) - 0.5f);
-    c.outer.momentum.push_back(0.01f * static_cast<float>(i));
+    c.outer.phi[i] = 0.125f * static_cast<float>(i) - 0.5f;
+    c.outer.momentum[i] = 0.01f * static_cast<float>(i);
   }
   for (int i = 0; i < 40; ++i) c.workload.push_back(static_cast<std::uint8_t>(i * 13));
   const Buf file = node::encode_checkpoint(c);

@@ -102,11 +102,10 @@ struct Logic {
         x.engine.on_step_done(job.seq, now);
       }
       for (auto& job : x.engine.take_snapshot_jobs())
-        x.engine.on_snapshot(
-            job.seq,
-            std::make_shared<StateSnapshot>(job.run_id, job.round, job.bytes,
-                                            snapshot_chunk ? snapshot_chunk : job.chunk_bytes),
-            now);
+        x.engine.on_snapshot(job.seq,
+                             *StateSnapshot::of(job.run_id, job.round, job.blob,
+                                                snapshot_chunk ? snapshot_chunk : job.chunk_bytes),
+                             now);
       for (auto& req : x.engine.take_state_requests()) {
         const std::size_t donor = std::stoul(req.address.substr(1));
         ++state_requests;

@@ -23,7 +23,7 @@ using ms = std::chrono::milliseconds;
 
 using sim::fast_options;
 
-double rms(const std::vector<float>& a, const std::vector<float>& b) {
+double rms(std::span<const float> a, std::span<const float> b) {
   double s = 0;
   for (std::size_t i = 0; i < a.size(); ++i) s += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
   return std::sqrt(s / static_cast<double>(a.size()));

@@ -1,6 +1,7 @@
 // Checkpoints: round trip, damage detection, and a kill at every step of a save leaving a
 // complete checkpoint behind.
 #include "node/checkpoint.hpp"
+#include "tests/node/temp_dir.hpp"
 
 #include <gtest/gtest.h>
 
@@ -14,14 +15,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() / ("grove-ckpt-" + std::to_string(::getpid()) + "-" +
-                                        std::to_string(std::random_device{}()));
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
+struct TempDir : testing::TempDir {
+  TempDir() : testing::TempDir("grove-ckpt-") {}
 };
 
 Checkpoint sample(std::uint64_t step) {
@@ -60,7 +55,7 @@ TEST(Checkpoint, WrittenFromTheStatesBytesItIsTheSameFile) {
   const auto c = sample(7);
   auto shared = c;
   shared.outer = {};
-  shared.outer_bytes = std::make_shared<const std::vector<std::uint8_t>>(optim::serialize(c.outer));
+  shared.outer_blob = gossip::memory_blob(optim::serialize(c.outer));
   EXPECT_EQ(encode_checkpoint(shared), encode_checkpoint(c));
   auto back = decode_checkpoint(encode_checkpoint(shared));
   ASSERT_TRUE(back);

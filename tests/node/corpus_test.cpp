@@ -1,6 +1,7 @@
 // Corpus: seeded streams (per node for training, per run for evaluation), the synthetic source's
 // exact entropy against a long sample, files split into training and held-out parts, refusals.
 #include "node/corpus.hpp"
+#include "tests/node/temp_dir.hpp"
 
 #include <gtest/gtest.h>
 
@@ -172,14 +173,8 @@ TEST(Corpus, TooManyHeldOutBytesAreRefused) {
   EXPECT_THROW(Corpus(synthetic(8192, 4096, 100), {}, 1), ConfigError);
 }
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() / ("grove-corpus-" + std::to_string(::getpid()) + "-" +
-                                        std::to_string(std::random_device{}()));
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
+struct TempDir : testing::TempDir {
+  TempDir() : testing::TempDir("grove-corpus-") {}
   std::string write(const std::string& name, const std::vector<std::uint8_t>& bytes) const {
     const auto p = path / name;
     std::ofstream f(p, std::ios::binary);

@@ -1,0 +1,189 @@
+#include "node/state_files.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <string>
+#include <utility>
+
+#include <spdlog/spdlog.h>
+
+namespace grove::node {
+
+namespace {
+using transport::errc;
+
+std::error_code last_error() {
+  return {errno, std::generic_category()};
+}
+
+bool in_range(std::uint64_t size, std::uint64_t offset, std::size_t n) {
+  return offset <= size && n <= size - offset;
+}
+
+// The open file of one blob; closed (and so gone) with its last holder.
+struct File {
+  int fd = -1;
+  std::uint64_t size = 0;
+  ~File() {
+    if (fd >= 0) ::close(fd);
+  }
+  transport::Result<void> read(std::uint64_t offset, std::span<std::uint8_t> out) const {
+    if (!in_range(size, offset, out.size())) return {errc::rejected, "read past the blob"};
+    for (std::size_t got = 0; got < out.size();) {
+      const ssize_t n =
+          ::pread(fd, out.data() + got, out.size() - got, static_cast<off_t>(offset + got));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return {last_error(), "reading a state file"};
+      if (n == 0) return {std::make_error_code(std::errc::io_error), "a state file is short"};
+      got += static_cast<std::size_t>(n);
+    }
+    return {};
+  }
+};
+
+class FileBlob final : public gossip::StateBlob {
+ public:
+  explicit FileBlob(std::shared_ptr<File> f) : f_(std::move(f)) {}
+  std::uint64_t size() const override { return f_->size; }
+  transport::Result<void> read(std::uint64_t offset, std::span<std::uint8_t> out) const override {
+    return f_->read(offset, out);
+  }
+
+ private:
+  std::shared_ptr<File> f_;
+};
+
+class FileWriter final : public gossip::BlobWriter {
+ public:
+  explicit FileWriter(std::shared_ptr<File> f) : f_(std::move(f)) {}
+  std::uint64_t size() const override { return f_->size; }
+  transport::Result<void> write(std::uint64_t offset, std::span<const std::uint8_t> d) override {
+    if (!f_) return {errc::rejected, "the blob is sealed"};
+    if (!in_range(f_->size, offset, d.size())) return {errc::rejected, "write past the blob"};
+    for (std::size_t put = 0; put < d.size();) {
+      const ssize_t n =
+          ::pwrite(f_->fd, d.data() + put, d.size() - put, static_cast<off_t>(offset + put));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0)
+        return {n < 0 ? last_error() : std::make_error_code(std::errc::io_error),
+                "writing a state file"};
+      put += static_cast<std::size_t>(n);
+    }
+    return {};
+  }
+  transport::Result<void> read(std::uint64_t offset, std::span<std::uint8_t> out) const override {
+    if (!f_) return {errc::rejected, "the blob is sealed"};
+    return f_->read(offset, out);
+  }
+  std::shared_ptr<const gossip::StateBlob> seal() override {
+    if (!f_) return nullptr;
+    return std::make_shared<const FileBlob>(std::exchange(f_, nullptr));
+  }
+
+ private:
+  std::shared_ptr<File> f_;
+};
+
+// An unnamed file in `dir` (O_TMPFILE, or a named one unlinked at once) of `size` bytes,
+// reserved (a full disk shows now).
+transport::Result<int> unnamed_file(const std::filesystem::path& dir, std::uint64_t size) {
+  static std::atomic<std::uint64_t> seq{0};
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return {ec, "state files in " + dir.string()};
+  int fd = ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0) {  // no O_TMPFILE here: a named file, unlinked at once
+    const auto path = dir / ("blob." + std::to_string(::getpid()) + "." +
+                             std::to_string(seq.fetch_add(1)) + ".tmp");
+    fd = ::open(path.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0) return {last_error(), "creating a state file in " + dir.string()};
+    ::unlink(path.c_str());
+  }
+  if (size > 0 && ::fallocate(fd, 0, 0, static_cast<off_t>(size)) != 0) {
+    const auto e = last_error();
+    if (errno != EOPNOTSUPP && errno != ENOSYS) {
+      ::close(fd);
+      return {e,
+              "reserving " + std::to_string(size) + " bytes for a state file in " + dir.string()};
+    }
+    if (::ftruncate(fd, static_cast<off_t>(size)) != 0) {  // (a sparse file, then)
+      const auto t = last_error();
+      ::close(fd);
+      return {t, "sizing a state file of " + std::to_string(size) + " bytes"};
+    }
+  }
+  return fd;
+}
+
+class FilePages final : public optim::FloatPages {
+ public:
+  FilePages(int fd, float* p, std::size_t n) : fd_(fd), p_(p), n_(n) {}
+  ~FilePages() override {
+    ::munmap(p_, bytes());
+    ::close(fd_);
+  }
+  float* data() override { return p_; }
+  std::size_t size() const override { return n_; }
+  void release(std::size_t lo, std::size_t hi) override {
+    // Whole pages inside [lo, hi) only: a page shared with a neighbouring range stays.
+    static const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+    const auto base = reinterpret_cast<std::uintptr_t>(p_);
+    const std::uintptr_t a = (base + lo * sizeof(float) + page - 1) / page * page;
+    const std::uintptr_t b = (base + hi * sizeof(float)) / page * page;
+    if (b > a) ::madvise(reinterpret_cast<void*>(a), b - a, MADV_DONTNEED);
+  }
+
+ private:
+  std::size_t bytes() const { return std::max<std::size_t>(n_, 1) * sizeof(float); }
+  int fd_;
+  float* p_;
+  std::size_t n_;
+};
+
+class Store final : public gossip::BlobStore {
+ public:
+  explicit Store(std::filesystem::path dir) : dir_(std::move(dir)) {}
+
+  transport::Result<std::unique_ptr<gossip::BlobWriter>> create(std::uint64_t size) override {
+    auto fd = unnamed_file(dir_, size);
+    if (!fd) return fd.failure();
+    auto f = std::make_shared<File>();
+    f->fd = *fd;
+    f->size = size;
+    return std::unique_ptr<gossip::BlobWriter>(std::make_unique<FileWriter>(std::move(f)));
+  }
+
+ private:
+  const std::filesystem::path dir_;
+};
+}  // namespace
+
+std::shared_ptr<gossip::BlobStore> state_files(std::filesystem::path dir) {
+  return std::make_shared<Store>(std::move(dir));
+}
+
+optim::FloatAllocator float_pages(std::filesystem::path dir) {
+  return [dir = std::move(dir)](std::size_t n) -> std::unique_ptr<optim::FloatPages> {
+    const std::size_t bytes = std::max<std::size_t>(n, 1) * sizeof(float);
+    auto fd = unnamed_file(dir, bytes);
+    if (!fd) {
+      spdlog::warn("{} values in memory instead of a state file: {}", n, fd.text());
+      return nullptr;
+    }
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, *fd, 0);
+    if (p == MAP_FAILED) {
+      spdlog::warn("{} values in memory instead of a state file: mapping it: {}", n,
+                   last_error().message());
+      ::close(*fd);
+      return nullptr;
+    }
+    return std::make_unique<FilePages>(*fd, static_cast<float*>(p), n);
+  };
+}
+
+}  // namespace grove::node
