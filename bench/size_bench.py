@@ -9,8 +9,8 @@ together; c starts once a has ended round 2 and must download the full state. Ru
 DiLoCo, then NoLoCo with --overlap (--modes).
 
 Per node it prints: peak RSS (getrusage, the node's stop event) / parameter bytes, and against
-the bound 2 x parameter bytes + 200 MB; for c, the join (its start to its "synced" metrics event)
-/ (state bytes / link rate), state bytes = 8 per parameter; per round, the transfer time (the
+the bound 2 x parameter bytes + 200 MB; for c, the join / (state bytes / link rate), state bytes = 8 per parameter (its launch to its "start" metrics
+event, written once the state is in hand); per round, the transfer time (the
 exchange or all-reduce, start to outcome: "transfer_s") / (the larger of the bytes sent and
 received / link rate); the rounds averaged; the deadlines that fired (log lines of a request,
 chunk or exchange deadline). Targets: peak <= 2x + 200 MB (never 3x), join <= 1.2 x bound + 10 s,
@@ -24,7 +24,6 @@ size_bench: params P, peak RSS/params X, join Y x bound, transfer Z x bound, ave
 Takes about 8 minutes per mode at 500M on 100 Mbit/s (about 2 at 100M).
 """
 import argparse
-import json
 import os
 import re
 import shutil
@@ -117,14 +116,16 @@ def one_mode(binary, a, mode, work):
     key = os.path.join(work, "key")
     steps = a.inner_steps * a.rounds
     common = ["--listen", "127.0.0.1:0", "--no-progress", "--no-upnp", "--no-relay",
-              "--swarm-key-file", key, "--max-steps", str(steps), "--threads", "2",
-              "--emulate-link", a.link] + (["--overlap"] if mode == "overlap" else [])
-    procs, started = {}, {}
+              "--swarm-key-file", key, "--threads", "2",
+              "--emulate-link", a.link] + (["--overlap"] if mode == "overlap" else []) + \
+        a.node_args.split()
+    procs, started, launched = {}, {}, {}
 
     def start(name, extra):
         sd = os.path.join(work, name)
         log = open(os.path.join(work, name + ".log"), "w")
         started[name] = time.monotonic()
+        launched[name] = time.time()  # (the metrics lines' clock)
         procs[name] = subprocess.Popen(
             [binary] + common + extra + ["--state-dir", sd,
                                          "--metrics", os.path.join(work, name + ".jsonl")],
@@ -141,6 +142,8 @@ def one_mode(binary, a, mode, work):
             m = re.search(r"listening (\S+)", f.read())
         return m.group(1) if m else None
 
+    # a and b train until c has trained its rounds (then they are stopped, as a user would);
+    # c trains --rounds inner phases after its join.
     start("a", ["--bootstrap", "--workload", "external", "--window-ms", str(a.window_ms)])
     wait_for(lambda: address() is not None, 300, "node a to listen", procs)
     peer = ["--peer", address()]
@@ -151,15 +154,22 @@ def one_mode(binary, a, mode, work):
              if e.get("event") == "round"]
         return max(r) if r else 0
     wait_for(lambda: round_of("a") >= 2, a.timeout, "round 2 of node a", procs)
-    start("c", peer)
-    for name, p in procs.items():
+    start("c", peer + ["--max-steps", str(steps)])
+
+    def finish(name):
         left = max(1.0, a.timeout - (time.monotonic() - started["a"]))
         try:
-            rc = p.wait(timeout=left)
+            rc = procs[name].wait(timeout=left)
         except subprocess.TimeoutExpired:
             raise RuntimeError("%s did not finish within %d s" % (name, a.timeout))
         if rc != 0:
             raise RuntimeError("%s exited with %s" % (name, rc))
+    finish("c")
+    finish("c-trainer")
+    for name in ("a", "b"):
+        procs[name].send_signal(signal.SIGTERM)
+    for name in ("a", "b", "a-trainer", "b-trainer"):
+        finish(name)
 
     rows, worst = [], {"peak": 0.0, "join": 0.0, "transfer": 0.0}
     averaged = total = fired = 0
@@ -182,16 +192,14 @@ def one_mode(binary, a, mode, work):
         transfer = max(ratios) if ratios else float("nan")
         join = float("nan")
         if name == "c":
-            synced = [e for e in ev if e.get("event") == "synced"]
+            # From the process's launch to its first metrics line: the "start" event, written
+            # once the swarm's state is in hand.
             start_ev = [e for e in ev if e.get("event") == "start"]
-            first = ev[0]["time"] if ev else None
-            if synced and first is not None:
-                # From the node's first metrics line (its start) to the state in hand.
-                join_s = synced[0]["time"] - first
+            if start_ev:
+                join_s = start_ev[0]["time"] - launched["c"]
                 join = join_s / (state_bytes / rate)
                 rows.append("  c joined in %.1f s; bound %.1f s (+10 s allowed)" %
                             (join_s, state_bytes / rate))
-            del start_ev
         with open(os.path.join(work, name + ".log")) as f:
             hits = [l.strip() for l in f if DEADLINE.search(l)]
         fired += len(hits)
@@ -224,6 +232,7 @@ def main():
     ap.add_argument("--window-ms", type=int, default=5000)
     ap.add_argument("--modes", default="noloco,diloco,overlap")
     ap.add_argument("--timeout", type=float, default=3600, help="seconds per mode")
+    ap.add_argument("--node-args", default="", help="more grove-node arguments (space-separated)")
     ap.add_argument("--out", help="keep the logs here (default: a temporary directory, removed)")
     a = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))

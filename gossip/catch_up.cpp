@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include <spdlog/spdlog.h>
+
 #include "gossip/guarded.hpp"
 #include "transport/crypto.hpp"
 
@@ -86,20 +88,20 @@ std::vector<StateDownload::Request> CatchUp::take_requests() {
 void CatchUp::on_response(std::uint64_t id, std::span<const std::uint8_t> body, Time now) {
   if (!download_) return;
   download_->on_response(id, body, now);
-  settle();
+  settle(now);
 }
 
-void CatchUp::on_failure(std::uint64_t id, Time now) {
+void CatchUp::on_failure(std::uint64_t id, Time now, const std::string& why) {
   if (!download_) return;
-  download_->on_failure(id, now);
-  settle();
+  download_->on_failure(id, now, why);
+  settle(now);
 }
 
 void CatchUp::on_timer(Time now) {
   if (status_ != OpStatus::running) return;
   if (download_) {
     download_->on_timer(now);
-    return settle();
+    return settle(now);
   }
   if (!reading_ && now >= retry_at_) read_offers(now);
 }
@@ -112,9 +114,28 @@ std::optional<Time> CatchUp::next_deadline() const {
   return std::nullopt;
 }
 
-void CatchUp::settle() {
-  if (!download_ || download_->status() == OpStatus::running) return;
-  if (download_->status() == OpStatus::failed) return fail(download_->failure());
+void CatchUp::settle(Time now) {
+  if (!download_) return;
+  if (download_->status() == OpStatus::running) {
+    if (const auto b = download_->progress(now).bytes; b > progress_bytes_) {
+      progress_bytes_ = b;
+      last_progress_ = now;
+    }
+    return;
+  }
+  if (download_->status() == OpStatus::failed) {
+    // The donors may have moved on to a newer state since their offers were read (a snapshot
+    // they no longer hold is refused), or have gone: read the offers again, keeping the chunks
+    // verified, while the sync has made progress within offers_wait.
+    if (now - last_progress_ < opts_.offers_wait) {
+      spdlog::info("state sync: {}; reading the offers again", download_->failure());
+      if (auto p = download_->take_partial()) partial_ = std::move(p);
+      download_.reset();
+      retry_at_ = now + opts_.offers_retry;
+      return;
+    }
+    return fail(download_->failure());
+  }
   blob_ = download_->take_blob();
   offer_ = download_->offer();
   download_.reset();

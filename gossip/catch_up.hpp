@@ -3,9 +3,12 @@
 // subkey "state"), again every quarter window while none of at least `min_round` is there (up to
 // `offers_wait`), orders them newest round first (joiners spread over the donors of one round by
 // a hash of both ids; an offer of the snapshot an earlier attempt had begun comes first), and
-// downloads the first through StateDownload (verified chunks, the next donor when one fails;
-// the verified chunks are kept for the next attempt when all fail). Sans-IO: the DHT is the
-// engine's, the requests go out through the driver, the time comes with every call.
+// downloads the first through StateDownload (verified chunks, the next donor when one fails).
+// When every donor fails, the offers are read again (donors move on to newer states: the one read
+// may be gone), while the sync has verified a chunk, or begun, within `offers_wait`; the verified
+// chunks are kept for the next download of the same snapshot, and for the next attempt when the
+// sync fails. Sans-IO: the DHT is the engine's, the requests go out through the driver, the time
+// comes with every call.
 #pragma once
 
 #include <memory>
@@ -50,7 +53,7 @@ class CatchUp {
 
   std::vector<StateDownload::Request> take_requests();
   void on_response(std::uint64_t id, std::span<const std::uint8_t> body, Time now);
-  void on_failure(std::uint64_t id, Time now);
+  void on_failure(std::uint64_t id, Time now, const std::string& why = {});
   void on_timer(Time now);
   /// Due at once when it has ended (the owner takes the outcome at its next timer).
   std::optional<Time> next_deadline() const;
@@ -58,7 +61,7 @@ class CatchUp {
  private:
   void read_offers(Time now);
   void on_offers(std::vector<dht::Record> records, Time now);
-  void settle();
+  void settle(Time now);
   void fail(std::string why);
 
   dht::RecordStore& store_;
@@ -67,6 +70,8 @@ class CatchUp {
   std::set<NodeId> donors_;  // empty: any donor
   CatchUpOptions opts_;
   Time started_;
+  Time last_progress_ = started_;     // the start, or the last chunk verified
+  std::uint64_t progress_bytes_ = 0;  // verified bytes at last_progress_
   Time retry_at_{Time::max()};
   bool reading_ = false;
   std::unique_ptr<StateDownload> download_;

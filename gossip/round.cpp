@@ -430,10 +430,8 @@ void RoundEngine::after_state(Time) {
 
 void RoundEngine::publish_state(std::shared_ptr<const StateBlob> blob) {
   publish_self("training");
-  // Snapshots nobody fetches go before the new one is hashed (one state's bytes less at the
-  // peak; the old state's bytes are freed once nothing else, a checkpoint being written, holds
-  // them).
-  if (blob && server_) server_->make_room();
+  // The snapshot offered now is served until the new one is added (StateServer::add prunes):
+  // a joiner that read its offer finds it while the new one is hashed. (Its blob is a file.)
   state_blob_ = std::move(blob);
   snapshot_jobs_.clear();  // (a job not taken yet is of an older state)
   if (!state_blob_ || !opts_.serve_state || !server_) return;
@@ -588,9 +586,9 @@ void RoundEngine::on_state_response(std::uint64_t id, std::span<const std::uint8
   sync_done(now);
 }
 
-void RoundEngine::on_state_failure(std::uint64_t id, Time now) {
+void RoundEngine::on_state_failure(std::uint64_t id, Time now, const std::string& why) {
   if (phase_ != Phase::syncing || !catch_up_) return;
-  catch_up_->on_failure(id, now);
+  catch_up_->on_failure(id, now, why);
   sync_done(now);
 }
 

@@ -218,7 +218,8 @@ class RoundEngine {
   void on_op_finished(std::unique_ptr<Protocol> p, Time now);
   std::vector<StateDownload::Request> take_state_requests();
   void on_state_response(std::uint64_t id, std::span<const std::uint8_t> body, Time now);
-  void on_state_failure(std::uint64_t id, Time now);
+  /// `why`: the transport's reason (a log line names it with the donor).
+  void on_state_failure(std::uint64_t id, Time now, const std::string& why = {});
   void on_timer(Time now);
   std::optional<Time> next_deadline() const;
 

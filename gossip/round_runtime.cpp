@@ -172,25 +172,25 @@ void RoundRuntime::after_event() {
     });
   for (auto& req : engine_->take_state_requests()) {
     const auto timeout = std::max(dht::Time(1), req.deadline - dht::DhtRuntime::wall_now());
-    host_->request(transport::PeerRef::node(req.to, req.address), kStateMethod,
-                   transport::Bytes::copy_of(req.body), timeout,
-                   [weak, id = req.id](transport::Result<transport::Payload> res) {
-                     auto self = weak.lock();
-                     if (!self) return;
-                     auto body = res ? std::make_shared<std::vector<std::uint8_t>>(
-                                           res->bytes().begin(), res->bytes().end())
-                                     : nullptr;
-                     if (!res) spdlog::debug("state request failed: {}", res.error().message());
-                     self->dht_->post([weak, id, body](dht::DhtNode&, dht::Time now) {
-                       auto s = weak.lock();
-                       if (!s) return;
-                       if (body)
-                         timed("a state chunk",
-                               [&] { s->engine_->on_state_response(id, *body, now); });
-                       else
-                         s->engine_->on_state_failure(id, now);
-                     });
-                   });
+    host_->request(
+        transport::PeerRef::node(req.to, req.address), kStateMethod,
+        transport::Bytes::copy_of(req.body), timeout,
+        [weak, id = req.id](transport::Result<transport::Payload> res) {
+          auto self = weak.lock();
+          if (!self) return;
+          auto body = res ? std::make_shared<std::vector<std::uint8_t>>(res->bytes().begin(),
+                                                                        res->bytes().end())
+                          : nullptr;
+          std::string why = res ? std::string() : res.text();
+          self->dht_->post([weak, id, body, why = std::move(why)](dht::DhtNode&, dht::Time now) {
+            auto s = weak.lock();
+            if (!s) return;
+            if (body)
+              timed("a state chunk", [&] { s->engine_->on_state_response(id, *body, now); });
+            else
+              s->engine_->on_state_failure(id, now, why);
+          });
+        });
   }
   for (auto& r : engine_->take_reports())
     if (on_report_) on_report_(r);

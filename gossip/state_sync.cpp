@@ -137,11 +137,6 @@ void StateServer::add(std::shared_ptr<const StateSnapshot> s) {
   snaps_.push_back({std::move(s)});
 }
 
-void StateServer::make_room() {
-  std::lock_guard lock(mu_);
-  if (!snaps_.empty()) prune(snaps_.back().snap->size(), std::max<std::size_t>(keep_, 1) - 1);
-}
-
 std::shared_ptr<const StateSnapshot> StateServer::latest() const {
   std::lock_guard lock(mu_);
   return snaps_.empty() ? nullptr : snaps_.back().snap;
@@ -321,9 +316,14 @@ void StateDownload::on_response(std::uint64_t id, std::span<const std::uint8_t> 
   fill(now);
 }
 
-void StateDownload::on_failure(std::uint64_t id, Time now) {
-  if (status_ != OpStatus::running || !pending_.count(id)) return;
-  next_donor("request failed", now);
+void StateDownload::on_failure(std::uint64_t id, Time now, const std::string& why) {
+  auto it = pending_.find(id);
+  if (status_ != OpStatus::running || it == pending_.end()) return;
+  const auto& p = it->second;
+  next_donor(
+      (p.index ? "the request for chunk " + std::to_string(*p.index) : "the manifest request") +
+          " failed" + (why.empty() ? std::string() : ": " + why),
+      now);
 }
 
 void StateDownload::on_timer(Time now) {

@@ -99,8 +99,10 @@ class StateSnapshot {
 /// Answers joiners' requests from the snapshots it holds: the latest `keep` while they fit in
 /// `budget` bytes, and beyond the budget only those that joiners fetch. The latest is always
 /// held; an older one past the budget is dropped at an add() unless it was asked for since the
-/// add() before. So a node with a large model (a snapshot of hundreds of MB) holds one state's
-/// bytes, except while a joiner downloads a snapshot that a newer round has superseded.
+/// add() before. So a node with a large model (a snapshot of GBs, in a file: node/state_files)
+/// holds one state's snapshot, except while a joiner downloads one that a newer round has
+/// superseded; the snapshot offered stays until the next is added (a joiner that read its offer
+/// finds it).
 /// Thread-safe: the round engine adds snapshots on its strand while the transport answers on
 /// the host's.
 class StateServer {
@@ -108,11 +110,6 @@ class StateServer {
   explicit StateServer(std::size_t keep = 2, std::uint64_t budget = std::uint64_t{64} << 20)
       : keep_(keep), budget_(budget) {}
   void add(std::shared_ptr<const StateSnapshot> s);
-  /// Called when a new state is published, before its snapshot is hashed: drops now what add()
-  /// would drop then (a new snapshot is taken to be the size of the latest), the latest
-  /// included, so that their bytes are freed while the new ones are hashed. Until the add(),
-  /// joiners are refused the dropped snapshots (they retry with the new offer).
-  void make_room();
   std::shared_ptr<const StateSnapshot> latest() const;
   /// The response body, or an error: malformed request, or errc::rejected for a snapshot or
   /// chunk we do not hold (any more).
@@ -179,7 +176,8 @@ class StateDownload {
 
   std::vector<Request> take_requests() { return std::exchange(out_, {}); }
   void on_response(std::uint64_t id, std::span<const std::uint8_t> body, Time now);
-  void on_failure(std::uint64_t id, Time now);
+  /// A request failed (`why`: the transport's reason, for the log line).
+  void on_failure(std::uint64_t id, Time now, const std::string& why = {});
   void on_timer(Time now);
   std::optional<Time> next_deadline() const;
 

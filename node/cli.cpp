@@ -221,6 +221,10 @@ Node options (any node):
                           random windows). Needs a run bootstrapped with --data.
   --overlap               exchange in the background while the next inner steps run
   --max-steps N           stop after N inner steps on this node
+  --checkpoint-every N    write a checkpoint every N rounds
+  --checkpoint-minutes M  write a checkpoint every M minutes (with --checkpoint-every: whichever
+                          comes first); default: every round while the outer state (8 bytes a
+                          parameter) is under 1 GB, else every 10 minutes
   --metrics FILE          append one JSON object per event (JSON lines)
   --threads N             compute threads (default: all)
   --log-level LEVEL       trace, debug, info, warn, error or off (default info)
@@ -350,6 +354,12 @@ CliOptions parse_cli(int argc, const char* const* argv) {
     } else if (a == "--max-steps") {
       run_only();
       o.max_steps = parse_whole(a, value(a), 1, UINT64_MAX / 2);
+    } else if (a == "--checkpoint-every") {
+      run_only();
+      o.checkpoint_every = static_cast<std::uint32_t>(parse_whole(a, value(a), 1, 1'000'000));
+    } else if (a == "--checkpoint-minutes") {
+      run_only();
+      o.checkpoint_minutes = static_cast<std::uint32_t>(parse_whole(a, value(a), 1, 10'000));
     } else if (a == "--metrics") {
       run_only();
       o.metrics = value(a);

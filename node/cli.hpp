@@ -46,6 +46,10 @@ struct CliOptions {
   bool overlap = false;
   std::vector<std::string> data;
   std::optional<std::uint64_t> max_steps;
+  /// --checkpoint-every N: a checkpoint every N rounds; --checkpoint-minutes M: every M minutes.
+  /// Neither: every round for a state under 1 GB, else every 10 minutes.
+  std::optional<std::uint32_t> checkpoint_every;
+  std::optional<std::uint32_t> checkpoint_minutes;
   std::optional<std::string> metrics;
   /// --trainer-socket PATH: where a trainer attaches (an external workload); default
   /// <state dir>/trainer.sock.

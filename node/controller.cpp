@@ -45,10 +45,11 @@ const char* to_string(Action::Kind k) {
 }
 
 Controller::Controller(ControllerOptions opts) : opts_(opts) {
-  if (opts_.join_attempts < 1 || opts_.checkpoint_every < 1 || opts_.window <= Time(0) ||
+  if (opts_.join_attempts < 1 || opts_.window <= Time(0) ||
+      (opts_.checkpoint_every == 0 && opts_.checkpoint_interval <= Time(0)) ||
       !(opts_.mix_alpha >= 0 && opts_.mix_alpha <= 1))
     throw transport::ConfigError(
-        "ControllerOptions: join_attempts, checkpoint_every >= 1, "
+        "ControllerOptions: join_attempts >= 1, checkpoints by count or by time, "
         "window > 0, mix_alpha in [0, 1]");
 }
 
@@ -123,9 +124,15 @@ void Controller::submit(Time now) {
   push(Kind::submit);
 }
 
-void Controller::after_state(Time) {
-  if (++since_checkpoint_ < opts_.checkpoint_every) return;
+void Controller::after_state(Time now) {
+  ++since_checkpoint_;
+  const bool by_count = opts_.checkpoint_every > 0 && since_checkpoint_ >= opts_.checkpoint_every;
+  // By time: the first state at once (a node killed early resumes too), then every interval.
+  const bool by_time = opts_.checkpoint_interval > Time(0) &&
+                       (!last_checkpoint_ || now - *last_checkpoint_ >= opts_.checkpoint_interval);
+  if (!by_count && !by_time) return;
   since_checkpoint_ = 0;
+  last_checkpoint_ = now;
   push(Kind::checkpoint);
 }
 

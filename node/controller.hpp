@@ -52,8 +52,12 @@ struct ControllerOptions {
   Time settle{15'000};
   Time stop_grace{30'000};  ///< the round in flight after stop()
   Time leave_wait{5'000};   ///< the member record's removal, at most
-  /// A checkpoint after every n-th new state (round or sync), and always when leaving.
+  /// A checkpoint after every n-th new state (round or sync; 0: not by count), or once
+  /// checkpoint_interval has passed since the last one (0: not by time), whichever comes first,
+  /// and always when leaving. A model-sized checkpoint is written in the background from the
+  /// state's blob; a large model's node checkpoints by time (node/training_loop.cpp).
   std::uint32_t checkpoint_every = 1;
+  Time checkpoint_interval{0};
 };
 
 /// How a node starts.
@@ -164,6 +168,7 @@ class Controller {
   Time leave_deadline_{Time::max()};
   Time patience_{0};
   std::uint32_t since_checkpoint_ = 0;
+  std::optional<Time> last_checkpoint_;
   std::uint64_t dropped_ = 0;
 };
 

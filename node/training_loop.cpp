@@ -60,17 +60,28 @@ Time now_ms() {
   return std::chrono::duration_cast<Time>(SteadyClock::now().time_since_epoch());
 }
 
-ControllerOptions controller_options(const CliOptions& o, const RunConfig& c) {
+ControllerOptions controller_options(const CliOptions& o, const RunConfig& c, std::size_t params) {
   ControllerOptions co;
   co.overlap = o.overlap;
   co.window = Time(c.window_ms);
+  // Checkpoints: as asked; by default every round for a small state, every 10 minutes for one of
+  // 1 GB or more (a checkpoint writes the whole outer state, 8 bytes a parameter).
+  if (o.checkpoint_every || o.checkpoint_minutes) {
+    co.checkpoint_every = o.checkpoint_every.value_or(0);
+    co.checkpoint_interval = Time(std::uint64_t{o.checkpoint_minutes.value_or(0)} * 60'000);
+  } else if (8.0 * static_cast<double>(params) >= 1e9) {
+    co.checkpoint_every = 0;
+    co.checkpoint_interval = Time(10 * 60'000);
+  }
   return co;
 }
 
 class Loop {
  public:
   explicit Loop(TrainingSetup& s)
-      : s_(s), ctl_(controller_options(s.o, s.config)), P_(s.workload.num_params()) {
+      : s_(s),
+        ctl_(controller_options(s.o, s.config, s.workload.num_params())),
+        P_(s.workload.num_params()) {
     t_.progress.node = transport::to_hex(s.net.host()->id()).substr(0, 16);
   }
   int run();

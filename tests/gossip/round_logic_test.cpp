@@ -295,6 +295,29 @@ TEST(RoundLogic, AJoinAttemptResumesFromTheChunksOfTheLastOne) {
   EXPECT_EQ(l.state_requests, chunks - 4);
 }
 
+// A donor that no longer holds the snapshot its offer names (it moved on to a newer round; its
+// new offer is on its way) refuses it: the joiner reads the offers again within the same attempt
+// instead of failing it.
+TEST(RoundLogic, AJoinerRefusedAStaleSnapshotReadsTheOffersAgain) {
+  Logic l(2);
+  ASSERT_NO_FATAL_FAILURE(first_round_alone(l, 0.25f));
+  int refused = 0;
+  l.fail_state = [&](const StateDownload::Request& r) {
+    return !decode_state_request(r.body)->index && ++refused <= 3;
+  };
+  l.m[1]->engine.join(l.now, kValues);
+  ASSERT_TRUE(l.run_until(
+      [&] {
+        return !l.m[1]->reports.empty() &&
+               l.m[1]->reports.back().kind != RoundReport::Kind::sync_progress;
+      },
+      milliseconds(20'000)));
+  EXPECT_EQ(l.m[1]->reports.back().kind, RoundReport::Kind::synced) << l.m[1]->reports.back().note;
+  for (const auto& r : l.m[1]->reports) EXPECT_NE(r.kind, RoundReport::Kind::sync_failed);
+  EXPECT_EQ(refused, 4);  // three refused, the fourth answered
+  EXPECT_EQ(l.m[1]->engine.state().phi, l.m[0]->engine.state().phi);
+}
+
 TEST(RoundLogic, AJoinerWithoutOffersReportsTheFailure) {
   Logic l(1);
   l.m[0]->engine.join(l.now, kValues);

@@ -60,6 +60,11 @@ TEST(Cli, JoinWithPeersAndData) {
   EXPECT_EQ(a.advertise, (std::vector<std::string>{"203.0.113.5:7400", "[2001:db8::5]:7400"}));
   EXPECT_FALSE(a.relay);
   EXPECT_FALSE(a.upnp);
+  EXPECT_FALSE(a.checkpoint_every);
+  auto k = parse({"--checkpoint-every", "5", "--checkpoint-minutes", "30"});
+  EXPECT_EQ(k.checkpoint_every, 5u);
+  EXPECT_EQ(k.checkpoint_minutes, 30u);
+  EXPECT_NE(error_of({"--checkpoint-every", "0"}).find("--checkpoint-every"), std::string::npos);
   // Data at bootstrap makes a files run.
   EXPECT_EQ(parse({"--bootstrap", "--data", "a.txt"}).config.data, DataKind::files);
   EXPECT_EQ(parse({"--bootstrap"}).config.data, DataKind::synthetic);

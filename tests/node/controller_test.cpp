@@ -257,6 +257,37 @@ TEST(Controller, CheckpointCadence) {
   EXPECT_EQ(checkpoints, 3);
 }
 
+// By time: the first new state at once, then once the interval has passed (rounds of 3 s, every
+// 10 s: rounds 1, 5, 9); with a count as well, whichever comes first.
+TEST(Controller, CheckpointCadenceByTime) {
+  for (const std::uint32_t every : {0u, 2u}) {
+    ControllerOptions o;
+    o.checkpoint_every = every;
+    o.checkpoint_interval = ms(10'000);
+    Controller c(o);
+    c.begin(StartKind::bootstrap, false, ms(0));
+    c.take_actions();
+    std::vector<int> at;
+    for (int r = 1; r <= 9; ++r) {
+      const Time t = ms(3000 * r);
+      c.on_inner_done(ms(1000), 2, t);
+      c.take_actions();
+      c.on_theta(kFinite, t);
+      c.take_actions();
+      c.on_report(report(Report::Kind::round), t);
+      for (const auto& a : c.take_actions())
+        if (a.kind == K::checkpoint) at.push_back(r);
+    }
+    if (every == 0)
+      EXPECT_EQ(at, (std::vector{1, 5, 9}));
+    else
+      EXPECT_EQ(at, (std::vector{1, 3, 5, 7, 9}));
+  }
+  ControllerOptions none;
+  none.checkpoint_every = 0;
+  EXPECT_THROW(Controller{none}, transport::ConfigError);
+}
+
 TEST(Controller, StopWaitsForTheRoundThenLeavesAndExits) {
   ControllerOptions o;
   o.stop_grace = ms(30'000);
