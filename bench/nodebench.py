@@ -338,11 +338,13 @@ def mb(x):
 
 class RssSampler:
     """Samples the resident set (VmRSS, /proc/PID/status) of processes every `interval` s on a
-    background thread: samples[name] = [(unix time, bytes)]."""
+    background thread: samples[name] = [(unix time, bytes)], and its parts: parts[name] =
+    [(unix time, anonymous, file-backed, shared memory bytes)] (RssAnon, RssFile, RssShmem)."""
 
     def __init__(self, interval=0.05):
         self.interval = interval
         self.samples = {}
+        self.parts = {}
         self._procs = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -350,18 +352,34 @@ class RssSampler:
 
     def watch(self, name, pid):
         self.samples.setdefault(name, [])
+        self.parts.setdefault(name, [])
         self._procs[name] = pid
+
+    def peak(self, name):
+        """(VmRSS, anonymous, file-backed, shared memory) bytes at the highest VmRSS sample."""
+        best = None
+        for (t, rss), (_, anon, file_, shmem) in zip(self.samples.get(name, []),
+                                                     self.parts.get(name, [])):
+            if best is None or rss > best[0]:
+                best = (rss, anon, file_, shmem)
+        return best
 
     def _run(self):
         while not self._stop.wait(self.interval):
             for name, pid in list(self._procs.items()):
                 try:
                     with open(f"/proc/{pid}/status") as f:
+                        v = {}
                         for line in f:
-                            if line.startswith("VmRSS:"):
-                                self.samples[name].append((time.time(),
-                                                           int(line.split()[1]) * 1024))
-                                break
+                            key = line.split(":", 1)[0]
+                            if key in ("VmRSS", "RssAnon", "RssFile", "RssShmem"):
+                                v[key] = int(line.split()[1]) * 1024
+                    if "VmRSS" not in v:  # a zombie: it has exited
+                        raise OSError("exited")
+                    t = time.time()
+                    self.samples[name].append((t, v["VmRSS"]))
+                    self.parts[name].append((t, v.get("RssAnon", 0), v.get("RssFile", 0),
+                                             v.get("RssShmem", 0)))
                 except (OSError, ValueError, IndexError):
                     self._procs.pop(name, None)  # exited
 

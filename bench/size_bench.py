@@ -5,14 +5,15 @@ Three grove-node processes with --workload external, each driven by a PyTorch tr
 run with --trainer) holding a float32 model of --params parameters, every node's link emulated
 at --link (grove-node --emulate-link: it shapes what the node sends). The trainer's inner steps
 are cheap (a small scaling of the weights): only the node is measured. Nodes a and b start
-together; c starts once a has ended round 2 and must download the full state. Runs NoLoCo, then
+together (b joins a: a state sync of its own); c starts once both have ended round 2 and must
+download the full state. Runs NoLoCo, then
 DiLoCo, then NoLoCo with --overlap (--modes).
 
 Per node it prints: peak RSS (getrusage, the node's stop event) / parameter bytes, and against
 the bound 2 x parameter bytes + 200 MB; for c, the join / (state bytes / link rate), state bytes = 8 per parameter (its launch to its "start" metrics
 event, written once the state is in hand); per round, the transfer time (the
 exchange or all-reduce, start to outcome: "transfer_s") / (the larger of the bytes sent and
-received / link rate); the rounds averaged; the deadlines that fired (log lines of a request,
+received per partner / link rate: every link is shaped on its own); the rounds averaged; the deadlines that fired (log lines of a request,
 chunk or exchange deadline). Targets: peak <= 2x + 200 MB (never 3x), join <= 1.2 x bound + 10 s,
 transfer <= 1.15 x bound, every round averaged, no deadline fired. Ends with one line:
 
@@ -120,6 +121,7 @@ def one_mode(binary, a, mode, work):
               "--emulate-link", a.link] + (["--overlap"] if mode == "overlap" else []) + \
         a.node_args.split()
     procs, started, launched = {}, {}, {}
+    rss = nb.RssSampler(0.1)
 
     def start(name, extra):
         sd = os.path.join(work, name)
@@ -130,6 +132,7 @@ def one_mode(binary, a, mode, work):
             [binary] + common + extra + ["--state-dir", sd,
                                          "--metrics", os.path.join(work, name + ".jsonl")],
             stdout=log, stderr=subprocess.STDOUT)
+        rss.watch(name, procs[name].pid)
         sock = os.path.join(sd, "trainer.sock")
         wait_for(lambda: os.path.exists(sock), 120, name + "'s trainer socket", procs)
         procs[name + "-trainer"] = subprocess.Popen(
@@ -153,7 +156,9 @@ def one_mode(binary, a, mode, work):
         r = [e["round"] for e in events(os.path.join(work, name + ".jsonl"))
              if e.get("event") == "round"]
         return max(r) if r else 0
-    wait_for(lambda: round_of("a") >= 2, a.timeout, "round 2 of node a", procs)
+    # b joins a (a full state sync of its own), then c once both have ended round 2.
+    wait_for(lambda: round_of("a") >= 2 and round_of("b") >= 2, a.timeout, "round 2 of a and b",
+             procs)
     start("c", peer + ["--max-steps", str(steps)])
 
     def finish(name):
@@ -170,6 +175,7 @@ def one_mode(binary, a, mode, work):
         procs[name].send_signal(signal.SIGTERM)
     for name in ("a", "b", "a-trainer", "b-trainer"):
         finish(name)
+    rss.stop()
 
     rows, worst = [], {"peak": 0.0, "join": 0.0, "transfer": 0.0}
     averaged = total = fired = 0
@@ -186,7 +192,10 @@ def one_mode(binary, a, mode, work):
         total += len(rounds)
         ratios = []
         for e in rounds:
-            wire = max(e.get("round_bytes_sent", 0), e.get("round_bytes_received", 0))
+            # Every link is shaped on its own (--emulate-link): the bound is the bytes to and
+            # from one partner.
+            partners = max(1, len(e.get("partners") or []))
+            wire = max(e.get("round_bytes_sent", 0), e.get("round_bytes_received", 0)) / partners
             if wire > 0 and e.get("transfer_s"):
                 ratios.append(e["transfer_s"] / (wire / rate))
         transfer = max(ratios) if ratios else float("nan")
@@ -210,6 +219,11 @@ def one_mode(binary, a, mode, work):
             worst["transfer"] = max(worst["transfer"], transfer)
         if join == join:
             worst["join"] = max(worst["join"], join)
+        p = rss.peak(name)
+        if p:
+            rows.append("  %s at its sampled peak: %.0f MB resident = %.0f anonymous + %.0f "
+                        "file-backed + %.0f shared memory" % (name, p[0] / 1e6, p[1] / 1e6,
+                                                               p[2] / 1e6, p[3] / 1e6))
         print("  %s  peak RSS %.2f x params (%s 2x + 200 MB)  rounds %d, averaged %d  transfer "
               "%.2f x bound (worst)%s" % (
                   name, peak, "within" if bound_ok else "OVER", len(rounds),

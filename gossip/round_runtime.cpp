@@ -193,7 +193,7 @@ void RoundRuntime::after_event() {
         });
   }
   for (auto& r : engine_->take_reports())
-    if (on_report_) on_report_(r);
+    if (on_report_) on_report_(std::move(r));
 }
 
 }  // namespace grove::gossip

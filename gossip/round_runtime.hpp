@@ -30,7 +30,8 @@ void serve_state(transport::Host& host, std::shared_ptr<StateServer> server);
 class RoundRuntime : public dht::DhtRuntime::Rider,
                      public std::enable_shared_from_this<RoundRuntime> {
  public:
-  using ReportFn = std::function<void(const RoundReport&)>;
+  /// Takes the report (a round's carries θ's buffer back: moved, never copied).
+  using ReportFn = std::function<void(RoundReport&&)>;
   /// `members` is the run's membership from dht->join(). Reports go to `on_report`.
   static std::shared_ptr<RoundRuntime> create(
       std::shared_ptr<transport::Host> host, std::shared_ptr<dht::DhtRuntime> dht,

@@ -426,11 +426,11 @@ double ExternalWorkload::evaluate() {
 ExternalWorkload::Handoff ExternalWorkload::handoff(bool measure_memcpy) const {
   auto h = impl_->stats;
   h.bytes = static_cast<double>(impl_->params * sizeof(float));
-  // A plain memcpy of up to 64 MiB between two buffers, the best of three, scaled to θ's bytes
+  // A plain memcpy of up to 16 MiB between two buffers, the best of three, scaled to θ's bytes
   // (the rate does not depend on the size at these sizes; two model-sized buffers would add
   // twice θ's bytes to the node's peak memory).
   if (measure_memcpy && impl_->shm && impl_->params > 0) {
-    const std::size_t n = std::min<std::size_t>(impl_->params, std::size_t{16} << 20);
+    const std::size_t n = std::min<std::size_t>(impl_->params, std::size_t{4} << 20);
     std::vector<float> a(impl_->shm, impl_->shm + n), b(n);  // both touched once
     for (int k = 0; k < 3; ++k) {
       const auto t0 = Clock::now();

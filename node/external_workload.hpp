@@ -72,7 +72,7 @@ class ExternalWorkload final : public Workload {
     std::uint64_t gets = 0, sets = 0;
     double get_s = 0, set_s = 0;
     double bytes = 0;       ///< of one hand-off
-    double memcpy_s = NAN;  ///< one plain copy of `bytes` (timed over up to 64 MiB, scaled)
+    double memcpy_s = NAN;  ///< one plain copy of `bytes` (timed over up to 16 MiB, scaled)
   };
   Handoff handoff(bool measure_memcpy) const;
 

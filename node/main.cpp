@@ -101,9 +101,11 @@ int main(int argc, char** argv) {
   // Model-sized buffers (θ, φ, snapshots, checkpoints, exchange tensors) come and go every round.
   // glibc raises its mmap threshold after the first such free (up to 32 MiB); from then on
   // buffers below that are carved from the heap and their pages stay resident after free. A
-  // fixed 1 MiB threshold keeps every large buffer a mapping of its own, returned when freed
-  // (measured peak RSS of a gpt-base node alone: 1.67 GB → 1.26 GB).
-  ::mallopt(M_MMAP_THRESHOLD, 1 << 20);
+  // fixed threshold keeps every large buffer a mapping of its own, returned when freed (measured
+  // peak RSS of a gpt-base node alone: 1.67 GB → 1.26 GB at 1 MiB). 256 KiB: a round's messages
+  // (a chunk of 2^18 values is 512 KiB in fp16) and received streams are such buffers too, by
+  // the thousand, freed on many threads' arenas.
+  ::mallopt(M_MMAP_THRESHOLD, 256 << 10);
   CliOptions o;
   try {
     o = parse_cli(argc, argv);

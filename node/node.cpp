@@ -217,10 +217,10 @@ void Node::Impl::start() {
   self.run_id = run_name;
   self.status = "joining";
   members = net->dht()->join(run_name, dht::MembershipOptions{}, self);
-  round = gossip::RoundRuntime::create(net->host(), net->dht(), net->gossip(), members,
-                                       net->state_server(), run_name, self.addresses,
-                                       round_options(config, o.threads, state_dir, floats),
-                                       [this](const gossip::RoundReport& r) { reports.push(r); });
+  round = gossip::RoundRuntime::create(
+      net->host(), net->dht(), net->gossip(), members, net->state_server(), run_name,
+      self.addresses, round_options(config, o.threads, state_dir, floats),
+      [this](gossip::RoundReport&& r) { reports.push(std::move(r)); });
   net->attach(members, round, *servers);
   net->on_signal([this](int sig) {
     spdlog::info("signal {}: finishing the round in flight, then leaving", sig);

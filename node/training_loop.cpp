@@ -174,8 +174,7 @@ void Loop::execute(const Action& a) {
       optim::OuterState st;
       st.phi = optim::Floats::zeros(P_, s_.floats);
       st.momentum = optim::Floats::zeros(P_, s_.floats);
-      s_.workload.get_params(st.phi);
-      st.phi.release();
+      s_.workload.get_params_into(st.phi);
       s_.round->start(std::move(st));
       return;
     }

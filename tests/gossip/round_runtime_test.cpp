@@ -67,7 +67,7 @@ struct Swarm {
     for (std::size_t k = 0; k < params; ++k) n.target[k] = float((i + 1) * (k % 7)) / 7.0f;
     n.round = RoundRuntime::create(n.host, n.dht, n.gossip, n.members, n.server, "rt-run",
                                    {n.host->address()}, options(),
-                                   [this, i](const RoundReport& r) { on_report(i, r); });
+                                   [this, i](RoundReport&& r) { on_report(i, r); });
     nodes.push_back(std::move(n));
   }
 
