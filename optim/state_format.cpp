@@ -51,6 +51,7 @@ void StateChecksum::update(std::span<const std::uint8_t> b) {
   // Four independent lanes over little-endian 64-bit words (word i to lane i mod 4), each step an
   // FNV-style multiply and an xor-shift (so high bits reach the low ones); a piece's bytes that do
   // not fill a 32-byte block wait for the next piece.
+  if (b.empty()) return;  // (an empty span's data() may be null: no memcpy from it)
   length_ += b.size();
   if (carried_) {
     const std::size_t take = std::min(b.size(), 32 - carried_);
@@ -64,7 +65,7 @@ void StateChecksum::update(std::span<const std::uint8_t> b) {
   const std::size_t blocks = b.size() / 32;
   for (std::size_t i = 0; i < blocks; ++i) block(b.data() + 32 * i);
   carried_ = b.size() - 32 * blocks;
-  std::memcpy(carry_, b.data() + 32 * blocks, carried_);
+  if (carried_) std::memcpy(carry_, b.data() + 32 * blocks, carried_);
 }
 
 std::uint64_t StateChecksum::final() const {
