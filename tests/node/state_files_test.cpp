@@ -4,8 +4,9 @@
 
 #include <gtest/gtest.h>
 
-#include <atomic>
+#include <condition_variable>
 #include <fstream>
+#include <mutex>
 #include <random>
 #include <thread>
 
@@ -39,29 +40,34 @@ std::uint64_t rss_now() {
   return resident * static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
 }
 
-// The highest resident memory seen while it lives (sampled every millisecond).
+// The highest resident memory seen while it lives: sampled every millisecond until stop(),
+// which wakes the sampler at once.
 class PeakRss {
  public:
   PeakRss() : peak_(rss_now()) {
     t_ = std::thread([this] {
-      while (!done_) {
-        std::uint64_t r = rss_now(), p = peak_;
-        while (r > p && !peak_.compare_exchange_weak(p, r)) {
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      }
+      std::unique_lock lk(mu_);
+      do {
+        peak_ = std::max(peak_, rss_now());
+      } while (!cv_.wait_for(lk, std::chrono::milliseconds(1), [this] { return done_; }));
     });
   }
   ~PeakRss() { stop(); }
   std::uint64_t stop() {
-    done_ = true;
+    {
+      std::lock_guard lk(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
     if (t_.joinable()) t_.join();
     return peak_;
   }
 
  private:
-  std::atomic<bool> done_{false};
-  std::atomic<std::uint64_t> peak_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::uint64_t peak_;
   std::thread t_;
 };
 
