@@ -110,7 +110,7 @@ int child(int in_fd, int out_fd, std::size_t rank, const Options& opt) {
     ring.push_back(id);
     addresses[id] = f[2];
   }
-  optim::FloatBuffer spare;
+  optim::Floats spare;
   for (;;) {
     auto line = bench::read_line(in_fd, Duration(600000));
     if (!line || *line == "quit") break;

@@ -49,8 +49,8 @@ std::uint64_t tag_of(const std::set<NodeId>& suspects) {
 }  // namespace
 
 transport::Result<std::unique_ptr<RingAllReduce>> RingAllReduce::create(
-    OpId op, NodeId self, std::vector<NodeId> ring, std::vector<float> input, AllReduceOptions opts,
-    Time now, optim::FloatBuffer out) {
+    OpId op, NodeId self, std::vector<NodeId> ring, optim::Floats input, AllReduceOptions opts,
+    Time now, optim::Floats out) {
   using transport::errc;
   if (auto ok = check_group(ring, self, "the all-reduce ring"); !ok) return ok.failure();
   if (opts.chunk_values == 0 || opts.chunk_values % 256 != 0)
@@ -61,14 +61,13 @@ transport::Result<std::unique_ptr<RingAllReduce>> RingAllReduce::create(
       new RingAllReduce(op, self, std::move(ring), std::move(input), opts, now, std::move(out)));
 }
 
-RingAllReduce::RingAllReduce(OpId op, NodeId self, std::vector<NodeId> ring,
-                             std::vector<float> input, AllReduceOptions opts, Time now,
-                             optim::FloatBuffer out)
+RingAllReduce::RingAllReduce(OpId op, NodeId self, std::vector<NodeId> ring, optim::Floats input,
+                             AllReduceOptions opts, Time now, optim::Floats out)
     : op_(op),
       self_(self),
       original_(std::move(ring)),
       input_(std::move(input)),
-      opts_(opts),
+      opts_(std::move(opts)),
       n_(input_.size()),
       started_(now),
       result_(std::move(out)) {
@@ -78,7 +77,7 @@ RingAllReduce::RingAllReduce(OpId op, NodeId self, std::vector<NodeId> ring,
   // The input is not scanned here: every input value passes through exactly one encode (in this
   // member's own segment, or added to a partial sum), which rejects non-finite values, so a bad
   // input fails the op at its first chunk without delaying the first byte of a good one.
-  result_.resize(n_);
+  if (result_.size() != n_) result_ = optim::Floats::zeros(n_, opts_.alloc);
   start_attempt(now);
 }
 
@@ -93,7 +92,10 @@ Header RingAllReduce::header(MsgKind k) const {
 
 void RingAllReduce::send(const NodeId& to, Bytes b, Time now) {
   stats_.bytes_sent += b.size();
-  if (to == succ()) last_sent_succ_ = now;
+  if (to == succ()) {
+    last_sent_succ_ = now;
+    ++in_flight_succ_;
+  }
   out_.push_back({to, std::move(b)});
 }
 
@@ -133,19 +135,37 @@ void RingAllReduce::start_attempt(Time now) {
     // losing every other member says more about our own links than theirs: fail, so that the
     // node re-syncs its state instead of going on with weights nobody else has.
     if (original_.size() > 2) return fail("lost every other member (isolated?)");
-    std::copy(input_.begin(), input_.end(), result_.begin());
+    optim::by_fragments(n_,
+                        [&](std::size_t lo, std::size_t hi) {
+                          std::copy(input_.begin() + lo, input_.begin() + hi, result_.begin() + lo);
+                        },
+                        {&input_, &result_});
     complete(now);
     return;
   }
   // Reduce-scatter, hop 1: this member starts the chain of its own segment.
-  const std::size_t b = seg_begin(me_);
-  for (std::size_t c = 0; c < seg_chunks(me_); ++c) {
-    const std::size_t off = c * opts_.chunk_values;
-    const std::size_t len = std::min(opts_.chunk_values, seg_len(me_) - off);
-    send_chunk(Phase::reduce_scatter, me_, c, std::span(input_).subspan(b + off, len), now);
-    if (finished()) return;
-  }
+  next_own_ = 0;
+  in_flight_succ_ = 0;
+  fill_own(now);
   if (total_chunks_ == 0) complete(now);  // an empty tensor
+}
+
+void RingAllReduce::fill_own(Time now) {
+  const std::size_t b = seg_begin(me_);
+  while (!finished() && ring_.size() > 1 && next_own_ < seg_chunks(me_) &&
+         in_flight_succ_ < opts_.window) {
+    const std::size_t off = next_own_++ * opts_.chunk_values;
+    const std::size_t len = std::min(opts_.chunk_values, seg_len(me_) - off);
+    send_chunk(Phase::reduce_scatter, me_, next_own_ - 1,
+               std::span<const float>(input_).subspan(b + off, len), now);
+    input_.release(b + off, b + off + len);
+  }
+}
+
+void RingAllReduce::on_delivered(const NodeId& to, Time now) {
+  if (finished() || ring_.size() < 2 || to != succ()) return;
+  if (in_flight_succ_ > 0) --in_flight_succ_;
+  fill_own(now);
 }
 
 void RingAllReduce::send_chunk(Phase ph, std::size_t s, std::size_t c,
@@ -162,7 +182,8 @@ void RingAllReduce::send_chunk(Phase ph, std::size_t s, std::size_t c,
     return fail_encode(at, values.size());
   if (ph == Phase::all_gather && owner(s) == me_) {
     // The owner keeps exactly what it sends, so every member holds the same bits.
-    decode_values(opts_.codec, payload, std::span(result_).subspan(at, values.size()));
+    decode_values(opts_.codec, payload, std::span<float>(result_).subspan(at, values.size()));
+    result_.release(at, at + values.size());
   }
   send(succ(), std::move(msg), now);
 }
@@ -231,6 +252,7 @@ void RingAllReduce::on_chunk(const NodeId& from, const Message& m, Time now) {
     reduced_[s][c] = true;
     const float* in = input_.data() + at;
     for (std::size_t i = 0; i < len; ++i) sum[i] += in[i];
+    input_.release(at, at + len);
     if (owner(s) == me_) {
       const float n = static_cast<float>(N);
       for (std::size_t i = 0; i < len; ++i) sum[i] /= n;
@@ -242,9 +264,10 @@ void RingAllReduce::on_chunk(const NodeId& from, const Message& m, Time now) {
     }
   } else if (m.h.phase == Phase::all_gather) {
     if (owner(s) == me_ || gathered_[s][c]) return bad("unexpected all-gather chunk");
-    if (decode_values(opts_.codec, m.payload, std::span(result_).subspan(at, len)) !=
+    if (decode_values(opts_.codec, m.payload, std::span<float>(result_).subspan(at, len)) !=
         optim::CodecError::ok)
       return bad("undecodable or not finite");
+    result_.release(at, at + len);
     gathered_[s][c] = true;
     if (owner(s) != (me_ + 1) % N) {  // pass the owner's bytes on unchanged
       std::span<std::uint8_t> payload;

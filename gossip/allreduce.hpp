@@ -39,7 +39,7 @@
 #include <string>
 
 #include "gossip/protocol.hpp"
-#include "optim/buffer.hpp"
+#include "optim/floats.hpp"
 
 namespace grove::gossip {
 
@@ -52,6 +52,13 @@ struct AllReduceOptions {
   /// result. Keep it above chunk_timeout: a member stuck on a dead peer aborts within that.
   Time linger{12000};
   Time total_timeout{300000};
+  /// Messages made ahead of the link to the successor (Protocol::on_delivered): this member's
+  /// own chunks start the reduce-scatter a window at a time, so its segment is never encoded
+  /// whole.
+  std::size_t window = 32;
+  /// Where the result goes when no buffer of the right size is passed in (none: the heap; the
+  /// node pages it).
+  optim::FloatAllocator alloc;
 };
 
 struct AllReduceStats {
@@ -65,14 +72,17 @@ class RingAllReduce final : public Protocol {
   /// `self`. `input` is this member's tensor (same size everywhere). A ring without self, with a
   /// member twice (a group read from records) or bad options give errc::rejected and the reason.
   /// `out` is where the result is written: pass the buffer of an earlier op (take_result()) to
-  /// reuse its memory; its contents are ignored.
+  /// reuse its memory; its contents are ignored. Input and result are read and written a chunk
+  /// at a time and each chunk is released once done with (paged arrays never become resident
+  /// whole).
   static transport::Result<std::unique_ptr<RingAllReduce>> create(
-      OpId op, NodeId self, std::vector<NodeId> ring, std::vector<float> input,
-      AllReduceOptions opts, Time now, optim::FloatBuffer out = {});
+      OpId op, NodeId self, std::vector<NodeId> ring, optim::Floats input, AllReduceOptions opts,
+      Time now, optim::Floats out = {});
 
   const OpId& op() const override { return op_; }
   void on_message(const NodeId& from, const Message& m, Time now) override;
   void on_peer_failed(const NodeId& peer, Time now) override;
+  void on_delivered(const NodeId& to, Time now) override;
   void on_timer(Time now) override;
   std::optional<Time> next_deadline() const override;
   std::vector<Outgoing> take_outgoing() override;
@@ -81,14 +91,14 @@ class RingAllReduce final : public Protocol {
   OpStatus status() const { return status_; }
 
  private:
-  RingAllReduce(OpId op, NodeId self, std::vector<NodeId> ring, std::vector<float> input,
-                AllReduceOptions opts, Time now, optim::FloatBuffer out);
+  RingAllReduce(OpId op, NodeId self, std::vector<NodeId> ring, optim::Floats input,
+                AllReduceOptions opts, Time now, optim::Floats out);
 
  public:
   /// The mean over members() (valid when done).
-  std::span<const float> result() const { return result_; }
+  const optim::Floats& result() const { return result_; }
   /// Moves the result buffer out (for reading, or for the next op to reuse).
-  optim::FloatBuffer take_result() { return std::move(result_); }
+  optim::Floats take_result() { return std::move(result_); }
   /// The ring of the attempt that completed (or is running).
   const std::vector<NodeId>& members() const { return ring_; }
   const std::set<NodeId>& suspects() const { return suspects_; }
@@ -106,6 +116,8 @@ class RingAllReduce final : public Protocol {
   const NodeId& pred() const { return ring_[(me_ + ring_.size() - 1) % ring_.size()]; }
 
   void start_attempt(Time now);
+  /// Sends this member's next own reduce-scatter chunks, up to the window.
+  void fill_own(Time now);
   void suspect(const std::set<NodeId>& ids, Time now, const char* why);
   void send(const NodeId& to, Bytes b, Time now);
   void send_chunk(Phase ph, std::size_t s, std::size_t c, std::span<const float> values, Time now);
@@ -119,7 +131,7 @@ class RingAllReduce final : public Protocol {
   OpId op_;
   NodeId self_;
   std::vector<NodeId> original_;
-  std::vector<float> input_;
+  optim::Floats input_;
   AllReduceOptions opts_;
   std::size_t n_;
   Time started_;
@@ -128,11 +140,12 @@ class RingAllReduce final : public Protocol {
   std::vector<NodeId> ring_;
   std::size_t me_ = 0;
   std::uint64_t tag_ = 0;
-  // Not zero-filled: every value is written by the all-gather before it is read, and a fresh
-  // allocation is only faulted in as the chunks arrive (not before the first byte is sent).
-  optim::FloatBuffer result_;
+  // Every value is written by the all-gather before it is read.
+  optim::Floats result_;
   std::vector<std::vector<bool>> reduced_, gathered_;  // per segment, per chunk: seen
   std::size_t final_chunks_ = 0, total_chunks_ = 0;
+  std::size_t next_own_ = 0;        // this member's next own chunk to send (reduce-scatter hop 1)
+  std::size_t in_flight_succ_ = 0;  // messages to the successor not yet left
   std::vector<float> scratch_;
   std::set<NodeId> done_from_, lost_;
   std::size_t settled_ = 0;  // ring members (not us) in done_from_ or lost_

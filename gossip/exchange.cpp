@@ -63,31 +63,59 @@ GroupExchange::GroupExchange(OpId op, NodeId self, std::vector<NodeId> group,
       mean_ = std::move(own_);
       return;
     }
-  // Encode each chunk once, hash the tensor's encoding, then queue begin + chunks per partner.
-  for (std::size_t t = 0; t < own_.size(); ++t) {
-    const std::size_t n = own_[t].size();
+  for (auto& [id, in] : peers_) {
+    in.out.last_left = now;
+    fill(id, in, now);
+  }
+  maybe_finish();
+}
+
+void GroupExchange::fill(const NodeId& to, Incoming& in, Time now) {
+  auto& s = in.out;
+  while (!s.done && s.in_flight < opts_.window) {
+    auto& tensor = own_[s.tensor];
+    const std::size_t n = tensor.size();
     const std::size_t chunks = (n + opts_.chunk_values - 1) / opts_.chunk_values;
-    std::vector<Bytes> msgs;
-    transport::Blake2b256 hasher;
-    for (std::size_t c = 0; c < chunks; ++c) {
-      const std::size_t off = c * opts_.chunk_values;
+    if (!s.begun) {
+      send(to, encode_message(tensor_header(MsgKind::tensor_begin, s.tensor, chunks, n), 0), now);
+      s.begun = true;
+      s.chunk = 0;
+      s.hasher.emplace();
+    } else if (s.chunk < chunks) {
+      const std::size_t off = s.chunk * opts_.chunk_values;
       const std::size_t len = std::min(opts_.chunk_values, n - off);
-      const Header h = tensor_header(MsgKind::chunk, t, c, len);
       std::span<std::uint8_t> payload;
-      msgs.push_back(encode_message(h, encoded_size(opts_.codec, len), &payload));
-      encode_values(opts_.codec, std::span<const float>(own_[t]).subspan(off, len), payload);
-      own_[t].release(off, off + len);
-      hasher.update(payload);
-    }
-    Header b = tensor_header(MsgKind::tensor_begin, t, chunks, n);
-    b.digest = hasher.final();
-    std::size_t left = peers_.size();
-    for (auto& [id, in] : peers_) {
-      const bool last = --left == 0;  // the last partner takes the buffers, the others copy
-      send(id, encode_message(b, 0), now);
-      for (auto& m : msgs) send(id, last ? std::move(m) : Bytes::copy_of(m.span()), now);
+      Bytes b = encode_message(tensor_header(MsgKind::chunk, s.tensor, s.chunk, len),
+                               encoded_size(opts_.codec, len), &payload);
+      // (Every value is finite: the norm said so.)
+      encode_values(opts_.codec, std::span<const float>(tensor).subspan(off, len), payload);
+      tensor.release(off, off + len);
+      s.hasher->update(payload);
+      send(to, std::move(b), now);
+      ++s.chunk;
+    } else {
+      Header e = tensor_header(MsgKind::tensor_end, s.tensor, chunks, n);
+      e.digest = s.hasher->final();
+      s.hasher.reset();
+      send(to, encode_message(e, 0), now);
+      s.begun = false;
+      s.done = ++s.tensor == own_.size();
     }
   }
+}
+
+void GroupExchange::stop_sending(Incoming& in) {
+  in.out.done = true;
+  in.out.hasher.reset();
+}
+
+void GroupExchange::on_delivered(const NodeId& to, Time now) {
+  auto it = peers_.find(to);
+  if (finished_ || it == peers_.end()) return;
+  auto& s = it->second.out;
+  if (s.in_flight > 0) --s.in_flight;
+  s.last_left = now;
+  fill(to, it->second, now);
   maybe_finish();
 }
 
@@ -106,7 +134,9 @@ Header GroupExchange::tensor_header(MsgKind kind, std::size_t tensor, std::size_
 
 void GroupExchange::send(const NodeId& to, Bytes b, Time now) {
   bytes_sent_ += b.size();
-  peers_[to].last_sent = now;
+  auto& in = peers_[to];
+  in.last_sent = now;
+  ++in.out.in_flight;
   out_.push_back({to, std::move(b)});
 }
 
@@ -117,6 +147,7 @@ void GroupExchange::drop(const NodeId& peer, Incoming& in, std::string why) {
   in.why = std::move(why);
   in.staged.clear();
   in.staged.shrink_to_fit();
+  stop_sending(in);
   maybe_finish();
 }
 
@@ -144,18 +175,23 @@ void GroupExchange::on_message(const NodeId& from, const Message& m, Time now) {
       in.hasher.emplace();
       if (in.staged.empty()) in.staged.resize(own_.size());
       in.staged[in.tensor] = optim::Floats::zeros(n, opts_.alloc);
-      if (in.chunks == 0) check_complete(from, in);
       return;
     }
     case MsgKind::chunk:
       return on_chunk(from, in, m);
+    case MsgKind::tensor_end:
+      if (!in.begun || m.h.index != in.tensor || in.next != in.chunks)
+        return drop(from, in, "tensor_end out of order");
+      in.digest = m.h.digest;
+      return check_complete(from, in);
     default:
       return drop(from, in, std::string("unexpected ") + to_string(m.h.kind));
   }
 }
 
 void GroupExchange::on_chunk(const NodeId& from, Incoming& in, const Message& m) {
-  if (!in.begun || m.h.phase != Phase::tensor || m.h.index != in.tensor || m.h.chunk != in.next)
+  if (!in.begun || m.h.phase != Phase::tensor || m.h.index != in.tensor || m.h.chunk != in.next ||
+      in.next >= in.chunks)
     return drop(from, in, "chunk out of order");
   const std::size_t n = own_[in.tensor].size();
   const std::size_t off = in.next * opts_.chunk_values;
@@ -169,7 +205,7 @@ void GroupExchange::on_chunk(const NodeId& from, Incoming& in, const Message& m)
     return drop(from, in, "chunk undecodable or not finite");
   staged.release(off, off + len);
   in.hasher->update(m.payload);
-  if (++in.next == in.chunks) check_complete(from, in);
+  ++in.next;
 }
 
 void GroupExchange::check_complete(const NodeId& from, Incoming& in) {
@@ -190,7 +226,7 @@ void GroupExchange::check_complete(const NodeId& from, Incoming& in) {
 void GroupExchange::maybe_finish() {
   if (finished_) return;
   for (const auto& [id, in] : peers_)
-    if (in.state == Incoming::receiving) return;
+    if (in.state == Incoming::receiving || (in.state == Incoming::complete && !in.out.done)) return;
   finished_ = true;
   // Mean over ours and the completed partners', summed in member-id order (deterministic), in
   // place in our own tensors (no longer needed once finished).
@@ -225,6 +261,10 @@ void GroupExchange::maybe_finish() {
 void GroupExchange::on_peer_failed(const NodeId& peer, Time) {
   auto it = peers_.find(peer);
   if (finished_ || it == peers_.end()) return;
+  if (it->second.state == Incoming::complete) {  // its tensors are in: it just misses ours
+    stop_sending(it->second);
+    return maybe_finish();
+  }
   drop(peer, it->second, "unreachable");
 }
 
@@ -239,6 +279,20 @@ void GroupExchange::on_timer(Time now) {
     if (finished_) return;
     if (in.state == Incoming::receiving && now - in.last_heard >= opts_.chunk_timeout) {
       drop(id, in, "silent past the chunk timeout");
+      continue;
+    }
+    if (!in.out.done && in.out.in_flight > 0 && now - in.out.last_left >= opts_.chunk_timeout) {
+      if (in.state == Incoming::receiving) {
+        drop(id, in, "took none of our messages for the chunk timeout");
+        continue;
+      }
+      spdlog::warn(
+          "exchange: {} took none of our messages for the chunk timeout; its tensors "
+          "count, ours reach it only in part",
+          dht::short_hex(id));
+      stop_sending(in);
+      maybe_finish();
+      if (finished_) return;
       continue;
     }
     if (now - in.last_sent >= opts_.heartbeat) {
@@ -256,6 +310,8 @@ std::optional<Time> GroupExchange::next_deadline() const {
   for (const auto& [id, in] : peers_) {
     t = std::min(t, in.last_sent + opts_.heartbeat);
     if (in.state == Incoming::receiving) t = std::min(t, in.last_heard + opts_.chunk_timeout);
+    if (!in.out.done && in.out.in_flight > 0)
+      t = std::min(t, in.out.last_left + opts_.chunk_timeout);
   }
   return t;
 }

@@ -2,18 +2,22 @@
 // sends its tensors to every other member and averages what it receives with its own.
 //
 // The steps, per partner:
-//  1. Each tensor is encoded whole with the configured codec and hashed (BLAKE2b-256); the
-//     sender announces it with `tensor_begin` (tensor index, values, chunk count, digest) and
-//     sends the encoding in chunks of `chunk_values` values, in order.
+//  1. The sender streams each tensor: `tensor_begin` (tensor index, values, chunk count), the
+//     chunks of `chunk_values` values in order, each encoded with the configured codec as it is
+//     sent, then `tensor_end` with the BLAKE2b-256 of the whole encoding. It keeps at most
+//     `window` messages per partner queued ahead of the link (Protocol::on_delivered), so the
+//     encoded tensor never exists whole.
 //  2. The receiver decodes each chunk into a staging buffer and hashes the bytes as they come.
-//     When the last chunk of the last tensor has arrived it compares the digests and checks
-//     every received tensor (finite values come from the decoder; the norm must stay within
-//     `max_norm_ratio` of ours). Only then does the partner count.
+//     At `tensor_end` it compares the digests and checks the tensor (finite values come from the
+//     decoder; the norm must stay within `max_norm_ratio` of ours). Once every tensor has passed,
+//     the partner counts.
 //  3. A partner that fails (a send failure, a lost connection, nothing received for
 //     `chunk_timeout`, a malformed message, a digest or norm mismatch) is dropped: nothing of
-//     its partial tensors is used.
-//  4. The exchange finishes when every partner has either completed or failed; the result per
-//     tensor is the mean of ours and the completed partners' (ours alone: a local-only round).
+//     its partial tensors is used. A partner whose tensors are in but that takes none of ours for
+//     `chunk_timeout` is left alone (its tensors still count).
+//  4. The exchange finishes when every partner has either completed or failed and ours have
+//     gone to every partner still taking them; the result per tensor is the mean of ours and the
+//     completed partners' (ours alone: a local-only round).
 // Members need not agree on the outcome (NoLoCo tolerates a one-sided average); each member's
 // result only ever mixes whole, verified tensors. Every pass over a tensor (norm, encoding,
 // decoding, the mean) goes a chunk or a fragment at a time and releases what it touched, so
@@ -35,6 +39,10 @@ struct ExchangeOptions {
   Time chunk_timeout{10000};
   Time total_timeout{300000};
   double max_norm_ratio = 4.0;  ///< a received tensor's L2 norm must be <= this × ours (+ eps)
+  /// Messages per partner made ahead of the link: enough to keep the driver's streams busy
+  /// (gossip::RuntimeOptions::streams_per_peer, 16), and what bounds the encoded bytes in memory
+  /// (32 × 512 KiB for fp16 chunks of 2^18 values).
+  std::size_t window = 32;
   /// Where partners' decoded tensors are staged (none: the heap; the node pages them).
   optim::FloatAllocator alloc;
 };
@@ -54,6 +62,7 @@ class GroupExchange final : public Protocol {
   const OpId& op() const override { return op_; }
   void on_message(const NodeId& from, const Message& m, Time now) override;
   void on_peer_failed(const NodeId& peer, Time now) override;
+  void on_delivered(const NodeId& to, Time now) override;
   void on_timer(Time now) override;
   std::optional<Time> next_deadline() const override;
   std::vector<Outgoing> take_outgoing() override;
@@ -85,12 +94,23 @@ class GroupExchange final : public Protocol {
     Time last_sent{0};
     enum { receiving, complete, failed } state = receiving;
     std::string why;
+    // Our tensors to this partner: the next message to make, and the messages not yet left.
+    struct Sending {
+      std::size_t tensor = 0, chunk = 0;
+      bool begun = false, done = false;
+      std::optional<transport::Blake2b256> hasher;
+      std::size_t in_flight = 0;
+      Time last_left{0};
+    } out;
   };
 
   void drop(const NodeId& peer, Incoming& in, std::string why);
   void on_chunk(const NodeId& from, Incoming& in, const Message& m);
   void check_complete(const NodeId& from, Incoming& in);
   void maybe_finish();
+  /// Makes the next messages of our tensors for `to`, up to the window.
+  void fill(const NodeId& to, Incoming& in, Time now);
+  void stop_sending(Incoming& in);
   void send(const NodeId& to, Bytes b, Time now);
   /// tensor_begin: chunk = number of chunks, count = values; chunk: its number and values.
   Header tensor_header(MsgKind kind, std::size_t tensor, std::size_t chunk,

@@ -1,8 +1,9 @@
 // The seam between the averaging cores and their drivers. A Protocol is a sans-IO state machine
 // for one averaging operation (one all-reduce, one group exchange): it takes decoded messages,
 // send failures and the current time, and hands back messages to send and its next deadline. It
-// owns no socket, reads no clock and draws no random numbers. Drivers: gossip::Runtime (Asio,
-// transport::Host) and sim::GossipNetwork (virtual time); tests drive it by hand.
+// owns no socket, reads no clock and draws no random numbers. A driver calls on_delivered() when
+// each message it took has left (cores that stream a tensor wait for it). Drivers: gossip::Runtime
+// (Asio, transport::Host) and sim::GossipNetwork (virtual time); tests drive it by hand.
 #pragma once
 
 #include <optional>
@@ -32,6 +33,13 @@ class Protocol {
   virtual void on_message(const NodeId& from, const Message& m, Time now) = 0;
   /// A message to `to` could not be delivered, or the connection to it was lost.
   virtual void on_peer_failed(const NodeId& to, Time now) = 0;
+  /// A message to `to` has left (the driver's stream for it completed). Cores that make a
+  /// model-sized sequence of messages make them a window at a time, on these calls, so that only
+  /// the window is ever encoded and queued, not the model.
+  virtual void on_delivered(const NodeId& to, Time now) {
+    (void)to;
+    (void)now;
+  }
   virtual void on_timer(Time now) = 0;
   virtual std::optional<Time> next_deadline() const = 0;
   virtual std::vector<Outgoing> take_outgoing() = 0;

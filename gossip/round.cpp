@@ -177,17 +177,32 @@ RoundEngine::Others RoundEngine::others(Time now) const {
   return o;
 }
 
-std::vector<float> RoundEngine::delta() const {
+optim::Floats RoundEngine::delta(std::size_t offset, optim::Floats into) const {
   const auto& phi = state_.phi;
-  std::vector<float> d(phi.size());
+  if (into.size() < offset + phi.size())
+    into = optim::Floats::zeros(offset + phi.size(), opts_.floats);
   optim::by_fragments(phi.size(),
                       [&](std::size_t lo, std::size_t hi) {
                         optim::pseudo_gradient(std::span(phi.data() + lo, hi - lo),
                                                std::span(theta_.data() + lo, hi - lo),
-                                               std::span(d.data() + lo, hi - lo), opts_.threads);
+                                               std::span(into.data() + offset + lo, hi - lo),
+                                               opts_.threads);
+                        into.release(offset + lo, offset + hi);
+                      },
+                      {&phi, &theta_});
+  return into;
+}
+
+optim::Floats RoundEngine::phi_copy(std::size_t size) const {
+  const auto& phi = state_.phi;
+  auto into = optim::Floats::zeros(size, opts_.floats);
+  optim::by_fragments(phi.size(),
+                      [&](std::size_t lo, std::size_t hi) {
+                        std::copy(phi.begin() + lo, phi.begin() + hi, into.begin() + lo);
+                        into.release(lo, hi);
                       },
                       {&phi});
-  return d;
+  return into;
 }
 
 void RoundEngine::on_match(MatchResult m, Time now) {
@@ -251,8 +266,7 @@ void RoundEngine::on_match(MatchResult m, Time now) {
       theta_.clear();
     } else {
       tensors->push_back(delta());
-      tensors->push_back(state_.phi);  // (a copy, on the heap)
-      state_.phi.release();
+      tensors->push_back(phi_copy(state_.phi.size()));
     }
     start.make = [op, self, group = m.group, tensors,
                   o = opts_.exchange](Time t) -> std::unique_ptr<Protocol> {
@@ -261,22 +275,17 @@ void RoundEngine::on_match(MatchResult m, Time now) {
       return core ? std::move(*core) : nullptr;
     };
   } else {
-    auto input = std::make_shared<std::vector<float>>();
+    auto input = std::make_shared<optim::Floats>();
     average_phi_ = m.average_phi;
     group_round_ = m.swarm_round;
-    if (average_phi_) {
-      // The slow weights differ after NoLoCo rounds: average them once with the pseudo-gradient.
-      *input = state_.phi.to_vector();
-      state_.phi.release();
-      const auto d = delta();
-      input->insert(input->end(), d.begin(), d.end());
-    } else {
-      *input = delta();
-    }
-    // The previous all-reduce's result buffer is reused: its pages are already mapped.
-    auto out = std::make_shared<optim::FloatBuffer>(std::move(spare_));
-    start.make = [op, self, ring = m.group, input, out,
-                  o = opts_.allreduce](Time t) -> std::unique_ptr<Protocol> {
+    // The slow weights differ after NoLoCo rounds: average them once with the pseudo-gradient
+    // (φ ‖ Δ in one tensor).
+    *input = average_phi_ ? delta(state_.phi.size(), phi_copy(2 * state_.phi.size())) : delta();
+    // The previous all-reduce's result buffer is reused (its pages are already there).
+    auto out = std::make_shared<optim::Floats>(std::move(spare_));
+    auto o = opts_.allreduce;
+    o.alloc = opts_.floats;
+    start.make = [op, self, ring = m.group, input, out, o](Time t) -> std::unique_ptr<Protocol> {
       auto core = RingAllReduce::create(op, self, ring, std::move(*input), o, t, std::move(*out));
       if (!core) spdlog::warn("the round's all-reduce was not started: {}", core.text());
       return core ? std::move(*core) : nullptr;

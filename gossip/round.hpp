@@ -268,9 +268,12 @@ class RoundEngine {
   void sync_failed(std::string why, Time now);  // by value: `why` may live in catch_up_
   void report_progress(Time now);  // a sync_progress report, at most about once a second
   void poll_modes(Time now);
-  std::vector<float> delta() const;
+  /// Δ = φ − θ written at `offset` of `into` (made in the engine's pages when too small).
+  optim::Floats delta(std::size_t offset = 0, optim::Floats into = {}) const;
+  /// φ copied into the first values of a new array of `size` values in the engine's pages.
+  optim::Floats phi_copy(std::size_t size) const;
   void mix(std::span<float> theta, float alpha, const optim::Floats* paged) const;
-  optim::FloatBuffer spare_;  // the last all-reduce's result buffer, for the next one
+  optim::Floats spare_;  // the last all-reduce's result buffer, for the next one
 
   dht::RecordStore& store_;
   dht::Membership& members_;

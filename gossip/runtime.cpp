@@ -288,8 +288,13 @@ void GossipRuntime::stream_done(const Key& k, std::error_code ec) {
     it->second.q.clear();
     peer_failed(k.first, k.second);
   }
-  // The freed slot goes to this op first (its messages keep flowing in order), then to the
-  // other ops waiting on the same peer.
+  // The op makes its next messages (a streamed tensor's window) before the freed slot goes to
+  // it first (its messages keep flowing in order), then to the other ops waiting on the peer.
+  if (!ec)
+    if (auto op = ops_.find(k.first); op != ops_.end()) {
+      op->second.p->on_delivered(k.second, now());
+      flush(k.first);  // (may finish the op)
+    }
   pump(k);
   std::vector<Key> waiting;
   for (const auto& [key, q] : out_)

@@ -101,23 +101,19 @@ void StepWork::run() {
       break;  // (else the download is served as it is: the state's own form)
     }
     case Kind::diloco_ring: {
-      std::span<const float> mean_delta(ring);
-      if (average_phi) {
-        // Members entered from NoLoCo: one φ, one momentum (zero) and one round for the group.
-        optim::by_fragments(n,
-                            [&](std::size_t lo, std::size_t hi) {
-                              std::copy(ring.begin() + static_cast<std::ptrdiff_t>(lo),
-                                        ring.begin() + static_cast<std::ptrdiff_t>(hi),
-                                        phi.begin() + lo);
-                              std::fill(m.begin() + lo, m.begin() + hi, 0.0f);
-                            },
-                            {&phi, &m});
-        mean_delta = mean_delta.subspan(n);
-      }
+      // The result is mean Δ, or mean φ ‖ mean Δ (members entered from NoLoCo: one φ, one
+      // momentum (zero) and one round for the group).
+      const std::size_t d = average_phi ? n : 0;
       optim::by_fragments(n,
                           [&](std::size_t lo, std::size_t hi) {
+                            if (average_phi) {
+                              std::copy(ring.begin() + lo, ring.begin() + hi, phi.begin() + lo);
+                              std::fill(m.begin() + lo, m.begin() + hi, 0.0f);
+                              ring.release(lo, hi);
+                            }
                             optim::diloco_step(part(phi, lo, hi), part(m, lo, hi),
-                                               mean_delta.subspan(lo, hi - lo), diloco, threads);
+                                               part(ring, d + lo, d + hi), diloco, threads);
+                            ring.release(d + lo, d + hi);
                           },
                           {&phi, &m});
       break;

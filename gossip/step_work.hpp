@@ -14,7 +14,6 @@
 #include "gossip/mode.hpp"
 #include "gossip/protocol.hpp"
 #include "gossip/state_blob.hpp"
-#include "optim/buffer.hpp"
 #include "optim/outer.hpp"
 
 namespace grove::gossip {
@@ -39,7 +38,7 @@ struct StepWork {
   OuterMode mode = OuterMode::noloco;
   optim::Floats theta;       ///< local: θ; noloco_mean: the mean of θ, or of Δ (β ≠ γ)
   optim::Floats phi_mean;    ///< noloco_mean with β ≠ γ: the mean of φ
-  optim::FloatBuffer ring;   ///< diloco_ring: the result, kept for the next all-reduce
+  optim::Floats ring;        ///< diloco_ring: the result, kept for the next all-reduce
   bool average_phi = false;  ///< diloco_ring: the result is mean φ ‖ mean Δ
   optim::NoLoCoConfig noloco;
   optim::DiLoCoConfig diloco;

@@ -43,6 +43,8 @@ const char* to_string(MsgKind k) {
       return "done";
     case MsgKind::abort:
       return "abort";
+    case MsgKind::tensor_end:
+      return "tensor_end";
   }
   return "?";
 }
@@ -95,7 +97,7 @@ CodecError decode_values(WireCodec c, std::span<const std::uint8_t> in, std::spa
 }
 
 namespace {
-constexpr std::uint8_t kVersion = 1;
+constexpr std::uint8_t kVersion = 2;  // 2: the digest travels in tensor_end, after the chunks
 
 using transport::mp::get_fixed;
 using transport::mp::get_u64;
@@ -115,7 +117,7 @@ Bytes encode_message(const Header& h, std::size_t payload_size, std::span<std::u
   pk.pack(h.chunk);
   pk.pack(h.count);
   pk.pack(static_cast<std::uint8_t>(h.codec));
-  if (h.kind == MsgKind::tensor_begin) {
+  if (h.kind == MsgKind::tensor_end) {
     pack_bin(pk, h.digest);
   } else if (h.kind == MsgKind::abort) {
     pk.pack_array(static_cast<std::uint32_t>(h.suspects.size()));
@@ -154,7 +156,7 @@ transport::Result<Message> decode_message(std::span<const std::uint8_t> bytes,
       !get_u64(a[7], count) || !get_u64(a[8], codec))
     return errc::malformed;
   if (version != kVersion) return errc::malformed;
-  if (kind < 1 || kind > 5 || phase > 2 || codec > 3 || index > UINT32_MAX || chunk > UINT32_MAX ||
+  if (kind < 1 || kind > 6 || phase > 2 || codec > 3 || index > UINT32_MAX || chunk > UINT32_MAX ||
       count > limits.max_values)
     return errc::malformed;
   Message m;
@@ -167,7 +169,7 @@ transport::Result<Message> decode_message(std::span<const std::uint8_t> bytes,
   m.h.count = count;
   m.h.codec = static_cast<WireCodec>(codec);
   const msgpack::object& extra = a[9];
-  if (m.h.kind == MsgKind::tensor_begin) {
+  if (m.h.kind == MsgKind::tensor_end) {
     if (!get_fixed(extra, m.h.digest)) return errc::malformed;
   } else if (m.h.kind == MsgKind::abort) {
     if (extra.type != msgpack::type::ARRAY || extra.via.array.size > limits.max_suspects)

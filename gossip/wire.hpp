@@ -1,11 +1,13 @@
 // Gossip wire messages: what the averaging cores (RingAllReduce, GroupExchange) send each other.
 // One message = [u16 BE header length][msgpack header][raw payload]; the payload (encoded tensor
 // values) stays out of msgpack so that a 1 MiB chunk is not copied through it. Header:
-//   [version=1, kind, op (bin 16), tag (u64), phase, index, chunk, count, codec, extra]
+//   [version=2, kind, op (bin 16), tag (u64), phase, index, chunk, count, codec, extra]
 //   chunk        index = segment or tensor, chunk = chunk number, count = values in the chunk;
 //                payload = the values encoded with `codec`                      extra = nil
-//   tensor_begin index = tensor, chunk = number of chunks, count = values      extra = digest
-//                (BLAKE2b-256 of the tensor's whole encoding, chunks concatenated in order)
+//   tensor_begin index = tensor, chunk = number of chunks, count = values      extra = nil
+//   tensor_end   index = tensor                                               extra = digest
+//                (BLAKE2b-256 of the tensor's whole encoding, chunks concatenated in order:
+//                it follows the chunks, so a sender encodes a tensor as it streams it)
 //   heartbeat / done                                                           extra = nil
 //   abort        the sender's suspects                                          extra = [ids]
 // `op` names one averaging operation (run, round, group); `tag` names the attempt (all-reduce:
@@ -44,7 +46,7 @@ optim::CodecError encode_values(WireCodec c, std::span<const float> in,
 optim::CodecError decode_values(WireCodec c, std::span<const std::uint8_t> in,
                                 std::span<float> out);
 
-enum class MsgKind : std::uint8_t { chunk = 1, tensor_begin, heartbeat, done, abort };
+enum class MsgKind : std::uint8_t { chunk = 1, tensor_begin, heartbeat, done, abort, tensor_end };
 enum class Phase : std::uint8_t { reduce_scatter = 0, all_gather = 1, tensor = 2 };
 const char* to_string(MsgKind k);
 
@@ -57,7 +59,7 @@ struct Header {
   std::uint32_t chunk = 0;
   std::uint64_t count = 0;
   WireCodec codec = WireCodec::fp32;
-  Digest digest{};               ///< tensor_begin
+  Digest digest{};               ///< tensor_end
   std::vector<NodeId> suspects;  ///< abort
 };
 

@@ -151,6 +151,13 @@ void GossipNetwork::collect(const NodeId& node, gossip::Protocol& p) {
     e.at = std::max(e.at, flow);  // one connection: in order
     flow = e.at;
     if (partition_ && partition_(node) != partition_(o.to)) continue;  // blackholed
+    Event left;  // the sender learns that the message has left (on_delivered)
+    left.kind = Kind::left;
+    left.at = end;
+    left.to = node;
+    left.from = o.to;
+    left.op = p.op();
+    push(std::move(left));
     e.to = o.to;
     e.from = node;
     e.tx_end = end;
@@ -228,6 +235,16 @@ void GossipNetwork::step(Event e) {
         ops.push_back(op);
       }
       for (const auto& op : ops) hand_over(e.to, op);
+      return;
+    }
+    case Kind::left: {
+      if (!n.alive || n.hung) return;
+      auto it = n.ops.find(e.op);
+      if (it == n.ops.end()) return;
+      it->second->on_delivered(e.from, now_);
+      collect(e.to, *it->second);
+      schedule_timer(e.to, *it->second);
+      hand_over(e.to, e.op);
       return;
     }
     case Kind::timer: {

@@ -112,7 +112,7 @@ class GossipNetwork {
     std::map<gossip::OpId, dht::Time> timer_at;
     std::deque<gossip::OpId> finished;  // handed over: late messages for them are dropped
   };
-  enum class Kind { deliver, timer, peer_failed, die };
+  enum class Kind { deliver, left, timer, peer_failed, die };  // left: a message left its sender
   struct Event {
     dht::Time at{0};
     std::uint64_t seq = 0;

@@ -232,8 +232,12 @@ TEST(RingAllReduce, AMalformedChunkGetsItsSenderSuspected) {
   EXPECT_EQ(r.suspects().count(ids[0]), 1u);
   EXPECT_EQ(r.members().size(), 2u);
   // A NaN smuggled in fp32 is refused the same way.
-  auto r2_core = RingAllReduce::create(op, ids[1], ids, std::vector<float>(256 * 3, 1.0f),
-                   AllReduceOptions{.codec = WireCodec::fp32, .chunk_values = 256}, dht::Time(0)).value();
+  AllReduceOptions o32;
+  o32.codec = WireCodec::fp32;
+  o32.chunk_values = 256;
+  auto r2_core =
+      RingAllReduce::create(op, ids[1], ids, std::vector<float>(256 * 3, 1.0f), o32, dht::Time(0))
+          .value();
   auto& r2 = *r2_core;
   h.codec = WireCodec::fp32;
   h.count = 256;
@@ -334,6 +338,38 @@ TEST(RingAllReduce, ANonFiniteInputFailsItsMemberAndTheOthersFinish) {
     EXPECT_EQ(s.at(0)->members().size(), 2u);
     for (float v : s.at(0)->result()) ASSERT_TRUE(std::isfinite(v));
   }
+}
+
+// A member's own segment starts the reduce-scatter a window at a time (a 1B-parameter tensor
+// stands here as 200 chunks of 256 values): before any message has left only the window is made,
+// each one that leaves lets one more be made, and the ring still ends with one mean everywhere.
+TEST(RingAllReduce, MakesAWindowOfItsOwnChunksAheadOfTheLink) {
+  AllReduceOptions o;
+  o.codec = WireCodec::fp32;
+  o.chunk_values = 256;
+  o.window = 4;
+  std::vector<NodeId> ids(2);
+  ids[0][0] = 1;
+  ids[1][0] = 2;
+  auto r = RingAllReduce::create(op_of(9), ids[0], ids, std::vector<float>(256 * 400, 0.5f), o,
+                                 dht::Time(0))
+               .value();
+  EXPECT_EQ(r->take_outgoing().size(), 4u);
+  EXPECT_TRUE(r->take_outgoing().empty());
+  r->on_delivered(ids[1], dht::Time(1));
+  EXPECT_EQ(r->take_outgoing().size(), 1u);
+  r->on_delivered(ids[0], dht::Time(1));  // (not its successor)
+  EXPECT_TRUE(r->take_outgoing().empty());
+
+  Swarm s(91, 3, 256 * 600, o);
+  s.start();
+  ASSERT_TRUE(s.net.run_until([&] { return s.all_finished(); }, std::chrono::seconds(60)));
+  const auto mean = exact_mean(s, s.ids);
+  for (std::size_t i = 0; i < s.ids.size(); ++i) {
+    ASSERT_EQ(s.at(i)->status(), OpStatus::done) << s.at(i)->failure();
+    EXPECT_EQ(vec(s.at(i)->result()), vec(s.at(0)->result()));
+  }
+  EXPECT_LE(max_abs_err(vec(s.at(0)->result()), mean), 1e-8);
 }
 
 }  // namespace

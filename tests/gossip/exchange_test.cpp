@@ -217,5 +217,33 @@ TEST(GroupExchange, OutOfOrderChunksAreRefused) {
   EXPECT_TRUE(x.ea->completed().empty());
 }
 
+// A tensor far larger than the window goes out a window at a time: the sender makes its next
+// message only when one has left (a 1B-parameter tensor stands here as 100 chunks of 256 values,
+// so nothing is ever encoded whole), and the pair still averages it.
+TEST(GroupExchange, MakesAWindowOfMessagesAheadOfTheLink) {
+  std::mt19937 rng(8);
+  auto o = fp32_opts();
+  o.window = 4;
+  Manual x(randn(rng, 256 * 100), randn(rng, 256 * 100), o);
+  std::size_t most = 0, made = 0;
+  for (int guard = 0; guard < 10000 && !(x.ea->finished() && x.eb->finished()); ++guard) {
+    for (auto [from, to, e, peer] :
+         {std::tuple{x.a, x.b, x.ea.get(), x.eb.get()}, std::tuple{x.b, x.a, x.eb.get(), x.ea.get()}}) {
+      auto out = e->take_outgoing();
+      most = std::max(most, out.size());
+      made += out.size();
+      for (auto& m : out) {
+        peer->on_message(from, *decode_message(m.data.span()), dht::Time(1));
+        e->on_delivered(to, dht::Time(1));  // one left: one more may be made
+      }
+    }
+  }
+  ASSERT_TRUE(x.ea->finished() && x.eb->finished());
+  EXPECT_EQ(most, 4u);
+  EXPECT_EQ(made, 2u * (100 + 2));  // begin, 100 chunks, end: each way
+  EXPECT_EQ(x.ea->completed().size(), 1u);
+  EXPECT_EQ(x.ea->mean()[0], x.eb->mean()[0]);
+}
+
 }  // namespace
 }  // namespace grove::gossip

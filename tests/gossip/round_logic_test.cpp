@@ -127,8 +127,10 @@ struct Logic {
             p->on_peer_failed(out.to, now);
           } else if (auto it = to->ops.find(msg->h.op); it != to->ops.end()) {
             it->second->on_message(x.store.id(), *msg, now);
+            p->on_delivered(out.to, now);
           } else {
             to->early[msg->h.op].emplace_back(x.store.id(), std::move(out.data));
+            p->on_delivered(out.to, now);
           }
         }
       }

@@ -16,10 +16,10 @@ TEST(GossipWire, RoundTripsEveryKind) {
   h.chunk = 3;
   h.count = 1000;
   h.codec = WireCodec::bf16;
-  for (auto kind :
-       {MsgKind::chunk, MsgKind::tensor_begin, MsgKind::heartbeat, MsgKind::done, MsgKind::abort}) {
+  for (auto kind : {MsgKind::chunk, MsgKind::tensor_begin, MsgKind::heartbeat, MsgKind::done,
+                    MsgKind::abort, MsgKind::tensor_end}) {
     h.kind = kind;
-    h.digest.fill(kind == MsgKind::tensor_begin ? 0xab : 0);
+    h.digest.fill(kind == MsgKind::tensor_end ? 0xab : 0);
     h.suspects.clear();
     if (kind == MsgKind::abort) h.suspects = {NodeId{1}, NodeId{2}};
     const std::size_t pl = kind == MsgKind::chunk ? 2000 : 0;

@@ -4,17 +4,13 @@
 
 #include <gtest/gtest.h>
 
-#include <condition_variable>
 #include <fstream>
-#include <mutex>
 #include <random>
-#include <thread>
-
-#include <unistd.h>
 
 #include "gossip/state_sync.hpp"
 #include "gossip/step_work.hpp"
 #include "node/checkpoint.hpp"
+#include "tests/node/rss.hpp"
 #include "tests/node/temp_dir.hpp"
 
 namespace grove::node {
@@ -32,58 +28,9 @@ std::size_t files_in(const fs::path& dir) {
   return n;
 }
 
-// The process's resident memory now (bytes).
-std::uint64_t rss_now() {
-  std::ifstream f("/proc/self/statm");
-  std::uint64_t size = 0, resident = 0;
-  f >> size >> resident;
-  return resident * static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
-}
-
-// The highest resident memory seen while it lives: sampled every millisecond until stop(),
-// which wakes the sampler at once.
-class PeakRss {
- public:
-  PeakRss() : peak_(rss_now()) {
-    t_ = std::thread([this] {
-      std::unique_lock lk(mu_);
-      do {
-        peak_ = std::max(peak_, rss_now());
-      } while (!cv_.wait_for(lk, std::chrono::milliseconds(1), [this] { return done_; }));
-    });
-  }
-  ~PeakRss() { stop(); }
-  std::uint64_t stop() {
-    {
-      std::lock_guard lk(mu_);
-      done_ = true;
-    }
-    cv_.notify_all();
-    if (t_.joinable()) t_.join();
-    return peak_;
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  std::uint64_t peak_;
-  std::thread t_;
-};
-
-bool sanitized() {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  return true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-  return true;
-#else
-  return false;
-#endif
-#else
-  return false;
-#endif
-}
+using testing::PeakRss;
+using testing::rss_now;
+using testing::sanitized;
 
 TEST(StateFiles, ABlobIsAFileThatLeavesNothingBehind) {
   TempDir d;
