@@ -42,6 +42,7 @@ RoundEngine::RoundEngine(dht::RecordStore& store, dht::Membership& members, std:
   if (!dht::valid_run_id(run_id_)) throw transport::ConfigError("invalid run id: " + run_id_);
   if (!opts_.blobs) opts_.blobs = memory_blob_store();
   opts_.exchange.alloc = opts_.floats;
+  op_deadlines_ = OpDeadlines(opts_.op_deadline);
   MatchOptions pair = opts_.match, group = opts_.match;
   pair.group_size = 2;
   pair.same_round = false;
@@ -178,31 +179,8 @@ RoundEngine::Others RoundEngine::others(Time now) const {
 }
 
 optim::Floats RoundEngine::delta(std::size_t offset, optim::Floats into) const {
-  const auto& phi = state_.phi;
-  if (into.size() < offset + phi.size())
-    into = optim::Floats::zeros(offset + phi.size(), opts_.floats);
-  optim::by_fragments(phi.size(),
-                      [&](std::size_t lo, std::size_t hi) {
-                        optim::pseudo_gradient(std::span(phi.data() + lo, hi - lo),
-                                               std::span(theta_.data() + lo, hi - lo),
-                                               std::span(into.data() + offset + lo, hi - lo),
-                                               opts_.threads);
-                        into.release(offset + lo, offset + hi);
-                      },
-                      {&phi, &theta_});
-  return into;
-}
-
-optim::Floats RoundEngine::phi_copy(std::size_t size) const {
-  const auto& phi = state_.phi;
-  auto into = optim::Floats::zeros(size, opts_.floats);
-  optim::by_fragments(phi.size(),
-                      [&](std::size_t lo, std::size_t hi) {
-                        std::copy(phi.begin() + lo, phi.begin() + hi, into.begin() + lo);
-                        into.release(lo, hi);
-                      },
-                      {&phi});
-  return into;
+  return pseudo_gradient_into(state_.phi, theta_, offset, std::move(into), opts_.floats,
+                              opts_.threads);
 }
 
 void RoundEngine::on_match(MatchResult m, Time now) {
@@ -266,10 +244,13 @@ void RoundEngine::on_match(MatchResult m, Time now) {
       theta_.clear();
     } else {
       tensors->push_back(delta());
-      tensors->push_back(phi_copy(state_.phi.size()));
+      tensors->push_back(copy_into(state_.phi, state_.phi.size(), opts_.floats));
     }
-    start.make = [op, self, group = m.group, tensors,
-                  o = opts_.exchange](Time t) -> std::unique_ptr<Protocol> {
+    auto o = opts_.exchange;
+    o.total_timeout = op_deadline(
+        "exchange", m.group.size(),
+        exchange_wire_bytes(o.codec, tensors->size() * state_.phi.size(), m.group.size() - 1));
+    start.make = [op, self, group = m.group, tensors, o](Time t) -> std::unique_ptr<Protocol> {
       auto core = GroupExchange::create(op, self, group, std::move(*tensors), o, t);
       if (!core) spdlog::warn("the round's exchange was not started: {}", core.text());
       return core ? std::move(*core) : nullptr;
@@ -280,11 +261,15 @@ void RoundEngine::on_match(MatchResult m, Time now) {
     group_round_ = m.swarm_round;
     // The slow weights differ after NoLoCo rounds: average them once with the pseudo-gradient
     // (φ ‖ Δ in one tensor).
-    *input = average_phi_ ? delta(state_.phi.size(), phi_copy(2 * state_.phi.size())) : delta();
+    *input = average_phi_ ? delta(state_.phi.size(),
+                                  copy_into(state_.phi, 2 * state_.phi.size(), opts_.floats))
+                          : delta();
     // The previous all-reduce's result buffer is reused (its pages are already there).
     auto out = std::make_shared<optim::Floats>(std::move(spare_));
     auto o = opts_.allreduce;
     o.alloc = opts_.floats;
+    o.total_timeout = op_deadline("all-reduce", m.group.size(),
+                                  allreduce_wire_bytes(o.codec, input->size(), m.group.size()));
     start.make = [op, self, ring = m.group, input, out, o](Time t) -> std::unique_ptr<Protocol> {
       auto core = RingAllReduce::create(op, self, ring, std::move(*input), o, t, std::move(*out));
       if (!core) spdlog::warn("the round's all-reduce was not started: {}", core.text());
@@ -297,6 +282,12 @@ void RoundEngine::on_match(MatchResult m, Time now) {
   phase_ = Phase::running;
   op_started_ = now;
   ops_.push_back(std::move(start));
+}
+
+Time RoundEngine::op_deadline(const char* what, std::size_t members, std::uint64_t bytes) const {
+  spdlog::info("round {}: {} among {} members, {}", state_.round, what, members,
+               op_deadlines_.describe(bytes));
+  return op_deadlines_.deadline_for(bytes);
 }
 
 // ---- the step ----------------------------------------------------------------------------------
@@ -328,6 +319,7 @@ void RoundEngine::on_op_finished(std::unique_ptr<Protocol> p, Time now) {
   RoundReport r = std::exchange(matched_, {});  // round, mode, group and the match's figures
   op_.reset();
   r.transfer_time = now - op_started_;
+  if (p) op_deadlines_.observe(*p, r.transfer_time);
   if (!p) {
     r.note = "the driver could not run the operation";
     if (round_mode_ == OuterMode::diloco) return begin_sync(state_.round, false, r.note, now);

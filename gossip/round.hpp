@@ -43,6 +43,7 @@
 #include "gossip/catch_up.hpp"
 #include "gossip/consistency.hpp"
 #include "gossip/exchange.hpp"
+#include "gossip/op_deadline.hpp"
 #include "gossip/matchmaking.hpp"
 #include "gossip/mode.hpp"
 #include "gossip/state_sync.hpp"
@@ -55,8 +56,9 @@ struct RoundOptions {
   OuterMode mode = OuterMode::noloco;  ///< the run's configured mode
   optim::NoLoCoConfig noloco;
   optim::DiLoCoConfig diloco;
-  ExchangeOptions exchange;
-  AllReduceOptions allreduce;
+  ExchangeOptions exchange;    ///< total_timeout is set per op (op_deadline)
+  AllReduceOptions allreduce;  ///< total_timeout is set per op (op_deadline)
+  OpDeadlineOptions op_deadline;
   MatchOptions match;            ///< group_size and same_round are set per mode
   std::size_t diloco_group = 0;  ///< 0 = everyone at the swarm round in the window
   Time mode_poll{5'000};
@@ -268,12 +270,13 @@ class RoundEngine {
   void sync_failed(std::string why, Time now);  // by value: `why` may live in catch_up_
   void report_progress(Time now);  // a sync_progress report, at most about once a second
   void poll_modes(Time now);
-  /// Δ = φ − θ written at `offset` of `into` (made in the engine's pages when too small).
+  /// Δ = φ − θ written at `offset` of `into` (pseudo_gradient_into).
   optim::Floats delta(std::size_t offset = 0, optim::Floats into = {}) const;
-  /// φ copied into the first values of a new array of `size` values in the engine's pages.
-  optim::Floats phi_copy(std::size_t size) const;
   void mix(std::span<float> theta, float alpha, const optim::Floats* paged) const;
   optim::Floats spare_;  // the last all-reduce's result buffer, for the next one
+  OpDeadlines op_deadlines_;
+  /// The deadline of an averaging op that sends `bytes` (logged).
+  Time op_deadline(const char* what, std::size_t members, std::uint64_t bytes) const;
 
   dht::RecordStore& store_;
   dht::Membership& members_;

@@ -22,6 +22,34 @@ Digest weights_hash(const optim::Floats& phi) {
   return h.final();
 }
 
+optim::Floats pseudo_gradient_into(const optim::Floats& phi, const optim::Floats& theta,
+                                   std::size_t offset, optim::Floats into,
+                                   const optim::FloatAllocator& alloc, unsigned threads) {
+  if (into.size() < offset + phi.size()) into = optim::Floats::zeros(offset + phi.size(), alloc);
+  optim::by_fragments(phi.size(),
+                      [&](std::size_t lo, std::size_t hi) {
+                        optim::pseudo_gradient(std::span(phi.data() + lo, hi - lo),
+                                               std::span(theta.data() + lo, hi - lo),
+                                               std::span(into.data() + offset + lo, hi - lo),
+                                               threads);
+                        into.release(offset + lo, offset + hi);
+                      },
+                      {&phi, &theta});
+  return into;
+}
+
+optim::Floats copy_into(const optim::Floats& from, std::size_t size,
+                        const optim::FloatAllocator& alloc) {
+  auto into = optim::Floats::zeros(size, alloc);
+  optim::by_fragments(from.size(),
+                      [&](std::size_t lo, std::size_t hi) {
+                        std::copy(from.begin() + lo, from.begin() + hi, into.begin() + lo);
+                        into.release(lo, hi);
+                      },
+                      {&from});
+  return into;
+}
+
 namespace {
 template <class A>
 auto part(A& a, std::size_t lo, std::size_t hi) {

@@ -26,6 +26,15 @@ inline Digest weights_hash(const std::vector<float>& v) {
   return weights_hash(std::span<const float>(v));
 }
 
+/// Δ = φ − θ written at `offset` of `into` (made with `alloc` when too small), a fragment at a
+/// time, each released once written.
+optim::Floats pseudo_gradient_into(const optim::Floats& phi, const optim::Floats& theta,
+                                   std::size_t offset, optim::Floats into,
+                                   const optim::FloatAllocator& alloc, unsigned threads);
+/// `from` copied into the first values of a new array of `size` values made with `alloc`.
+optim::Floats copy_into(const optim::Floats& from, std::size_t size,
+                        const optim::FloatAllocator& alloc);
+
 struct StepWork {
   enum class Kind {
     none,         ///< φ stays (the inner phase was lost)

@@ -1,0 +1,55 @@
+#include "gossip/op_deadline.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "gossip/allreduce.hpp"
+#include "gossip/exchange.hpp"
+
+namespace grove::gossip {
+
+std::uint64_t exchange_wire_bytes(WireCodec codec, std::uint64_t values_per_member,
+                                  std::size_t partners) {
+  return encoded_size(codec, values_per_member) * partners;
+}
+
+std::uint64_t allreduce_wire_bytes(WireCodec codec, std::uint64_t values, std::size_t members) {
+  if (members < 2) return 0;
+  return 2 * encoded_size(codec, values) * (members - 1) / members;
+}
+
+void OpDeadlines::observe(std::uint64_t bytes, Time took) {
+  if (bytes == 0 || took.count() <= 0) return;
+  const double r = static_cast<double>(bytes) * 1000.0 / static_cast<double>(took.count());
+  measured_ = measured_ > 0 ? 0.5 * measured_ + 0.5 * r : r;
+}
+
+void OpDeadlines::observe(const Protocol& op, Time took) {
+  if (const auto* ex = dynamic_cast<const GroupExchange*>(&op); ex && !ex->completed().empty())
+    observe(ex->bytes_sent(), took);
+  if (const auto* ar = dynamic_cast<const RingAllReduce*>(&op);
+      ar && ar->status() == OpStatus::done && ar->members().size() > 1)
+    observe(ar->stats().bytes_sent, took);
+}
+
+double OpDeadlines::rate() const {
+  return std::max(measured_, o_.min_rate);
+}
+
+Time OpDeadlines::deadline_for(std::uint64_t bytes) const {
+  const double ms = o_.margin * static_cast<double>(bytes) * 1000.0 / rate();
+  return o_.floor + Time(static_cast<std::int64_t>(std::ceil(std::min(ms, 1e15))));
+}
+
+std::string OpDeadlines::describe(std::uint64_t bytes) const {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "deadline %.0f s (%.2f GB at %.1f MB/s %s, x%g, floor %.0f s)",
+                static_cast<double>(deadline_for(bytes).count()) / 1000.0,
+                static_cast<double>(bytes) / 1e9, rate() / 1e6,
+                measured() && measured_ >= o_.min_rate ? "measured" : "assumed", o_.margin,
+                static_cast<double>(o_.floor.count()) / 1000.0);
+  return buf;
+}
+
+}  // namespace grove::gossip

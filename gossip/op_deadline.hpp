@@ -1,0 +1,52 @@
+// The deadline of a round's averaging operation (exchange or all-reduce): from the bytes it will
+// send and the rate this node's earlier operations sent at, with a floor and a margin. Nothing
+// here caps the model size: a 8B-parameter exchange over a slow line gets the hours it needs,
+// while a stall is caught by the cores' chunk timeout (silence), not by this backstop.
+// Sans-IO: the engine feeds it finished operations and asks it for deadlines.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "gossip/protocol.hpp"
+
+namespace grove::gossip {
+
+struct OpDeadlineOptions {
+  Time floor{60'000};
+  double margin = 3.0;
+  /// Bytes per second taken before any operation has been measured, and the least ever taken
+  /// (about 2 Mbit/s: a slow line is not a failure).
+  double min_rate = 256.0 * 1024;
+};
+
+/// Bytes a member sends in a group exchange: every tensor to every partner.
+std::uint64_t exchange_wire_bytes(WireCodec codec, std::uint64_t values_per_member,
+                                  std::size_t partners);
+/// Bytes a member sends in a ring all-reduce of `values` over `members`: 2 (N−1)/N of the
+/// encoded tensor (reduce-scatter and all-gather).
+std::uint64_t allreduce_wire_bytes(WireCodec codec, std::uint64_t values, std::size_t members);
+
+class OpDeadlines {
+ public:
+  explicit OpDeadlines(OpDeadlineOptions o = {}) : o_(o) {}
+  /// An operation that averaged: `bytes` sent in `took`.
+  void observe(std::uint64_t bytes, Time took);
+  /// A finished exchange or all-reduce that took `took`: observed when it averaged with somebody
+  /// (one that lost every partner says nothing of the rate).
+  void observe(const Protocol& op, Time took);
+  /// Bytes per second: the measured rate (the mean of the last operations', recent ones
+  /// weighing more), at least min_rate.
+  double rate() const;
+  bool measured() const { return measured_ > 0; }
+  /// floor + margin × bytes / rate().
+  Time deadline_for(std::uint64_t bytes) const;
+  /// "deadline 412 s (1.20 GB at 8.7 MB/s measured, ×3, floor 60 s)", for the logs.
+  std::string describe(std::uint64_t bytes) const;
+
+ private:
+  OpDeadlineOptions o_;
+  double measured_ = 0;  // bytes per second; 0: none yet
+};
+
+}  // namespace grove::gossip
