@@ -104,6 +104,7 @@ class RingAllReduce final : public Protocol {
   const std::set<NodeId>& suspects() const { return suspects_; }
   const std::string& failure() const { return failure_; }
   const AllReduceStats& stats() const { return stats_; }
+  const AllReduceOptions& options() const { return opts_; }
 
  private:
   std::size_t seg_begin(std::size_t s) const { return s * n_ / ring_.size(); }

@@ -77,6 +77,7 @@ class GroupExchange final : public Protocol {
   /// Partners that failed, with the reason.
   std::map<NodeId, std::string> failures() const;
   std::uint64_t bytes_sent() const { return bytes_sent_; }
+  const ExchangeOptions& options() const { return opts_; }
   std::uint64_t bytes_received() const { return bytes_received_; }
 
  private:

@@ -26,11 +26,17 @@ void OpDeadlines::observe(std::uint64_t bytes, Time took) {
 }
 
 void OpDeadlines::observe(const Protocol& op, Time took) {
-  if (const auto* ex = dynamic_cast<const GroupExchange*>(&op); ex && !ex->completed().empty())
-    observe(ex->bytes_sent(), took);
+  // The tensor bytes the op moved, as deadline_for() is asked for them (heartbeats and headers
+  // left out: they are not what takes the time).
+  if (const auto* ex = dynamic_cast<const GroupExchange*>(&op); ex && !ex->completed().empty()) {
+    std::uint64_t values = 0;
+    for (const auto& t : ex->mean()) values += t.size();
+    observe(exchange_wire_bytes(ex->options().codec, values, ex->completed().size()), took);
+  }
   if (const auto* ar = dynamic_cast<const RingAllReduce*>(&op);
       ar && ar->status() == OpStatus::done && ar->members().size() > 1)
-    observe(ar->stats().bytes_sent, took);
+    observe(allreduce_wire_bytes(ar->options().codec, ar->result().size(), ar->members().size()),
+            took);
 }
 
 double OpDeadlines::rate() const {

@@ -32,8 +32,9 @@ class OpDeadlines {
   explicit OpDeadlines(OpDeadlineOptions o = {}) : o_(o) {}
   /// An operation that averaged: `bytes` sent in `took`.
   void observe(std::uint64_t bytes, Time took);
-  /// A finished exchange or all-reduce that took `took`: observed when it averaged with somebody
-  /// (one that lost every partner says nothing of the rate).
+  /// A finished exchange or all-reduce that took `took`: the tensor bytes it moved (as
+  /// deadline_for() counts them), when it averaged with somebody (one that lost every partner
+  /// says nothing of the rate).
   void observe(const Protocol& op, Time took);
   /// Bytes per second: the measured rate (the mean of the last operations', recent ones
   /// weighing more), at least min_rate.

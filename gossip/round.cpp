@@ -178,11 +178,6 @@ RoundEngine::Others RoundEngine::others(Time now) const {
   return o;
 }
 
-optim::Floats RoundEngine::delta(std::size_t offset, optim::Floats into) const {
-  return pseudo_gradient_into(state_.phi, theta_, offset, std::move(into), opts_.floats,
-                              opts_.threads);
-}
-
 void RoundEngine::on_match(MatchResult m, Time now) {
   if (phase_ != Phase::matching) return;
   RoundReport r;
@@ -243,7 +238,7 @@ void RoundEngine::on_match(MatchResult m, Time now) {
       tensors->push_back(std::move(theta_));
       theta_.clear();
     } else {
-      tensors->push_back(delta());
+      tensors->push_back(delta(0, {}));
       tensors->push_back(copy_into(state_.phi, state_.phi.size(), opts_.floats));
     }
     auto o = opts_.exchange;
@@ -261,9 +256,8 @@ void RoundEngine::on_match(MatchResult m, Time now) {
     group_round_ = m.swarm_round;
     // The slow weights differ after NoLoCo rounds: average them once with the pseudo-gradient
     // (φ ‖ Δ in one tensor).
-    *input = average_phi_ ? delta(state_.phi.size(),
-                                  copy_into(state_.phi, 2 * state_.phi.size(), opts_.floats))
-                          : delta();
+    const std::size_t n = state_.phi.size();
+    *input = average_phi_ ? delta(n, copy_into(state_.phi, 2 * n, opts_.floats)) : delta(0, {});
     // The previous all-reduce's result buffer is reused (its pages are already there).
     auto out = std::make_shared<optim::Floats>(std::move(spare_));
     auto o = opts_.allreduce;
@@ -450,10 +444,18 @@ void RoundEngine::on_snapshot(std::uint64_t seq, std::shared_ptr<const StateSnap
   o.round = state_.round;
   o.size = snap->size();
   o.root = snap->root();
+  offer_ = o;
+  write_offer(now);
+}
+
+void RoundEngine::write_offer(Time now) {
+  // Rewritten at half its TTL while the snapshot is served: a round may last longer than the TTL
+  // (a large model over a slow line), and a joiner must find an offer all that time.
   offer_seq_ =
       std::max(offer_seq_ + 1, static_cast<std::uint64_t>(std::max<std::int64_t>(now.count(), 0)));
-  store_.write(state_key(run_id_), "state", offer_seq_, now + opts_.offer_ttl, encode_offer(o),
-               now);
+  store_.write(state_key(run_id_), "state", offer_seq_, now + opts_.offer_ttl,
+               encode_offer(*offer_), now);
+  offer_refresh_ = now + opts_.offer_ttl / 2;
 }
 
 void RoundEngine::set_group_wait(Time t) {
@@ -670,6 +672,7 @@ void RoundEngine::on_timer(Time now) {
   pairs_->on_timer(now);
   groups_->on_timer(now);
   if (!mode_polling_ && now >= next_mode_poll_ && phase_ != Phase::none) poll_modes(now);
+  if (offer_ && now >= offer_refresh_) write_offer(now);
   if (phase_ == Phase::syncing && catch_up_) {
     catch_up_->on_timer(now);
     sync_done(now);
@@ -684,6 +687,7 @@ std::optional<Time> RoundEngine::next_deadline() const {
   take(pairs_->next_deadline());
   take(groups_->next_deadline());
   if (!mode_polling_ && phase_ != Phase::none) take(next_mode_poll_);
+  if (offer_) take(offer_refresh_);
   if (phase_ == Phase::syncing && catch_up_) take(catch_up_->next_deadline());
   return t;
 }

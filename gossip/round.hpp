@@ -271,7 +271,10 @@ class RoundEngine {
   void report_progress(Time now);  // a sync_progress report, at most about once a second
   void poll_modes(Time now);
   /// Δ = φ − θ written at `offset` of `into` (pseudo_gradient_into).
-  optim::Floats delta(std::size_t offset = 0, optim::Floats into = {}) const;
+  optim::Floats delta(std::size_t offset, optim::Floats into) const {
+    return pseudo_gradient_into(state_.phi, theta_, offset, std::move(into), opts_.floats,
+                                opts_.threads);
+  }
   void mix(std::span<float> theta, float alpha, const optim::Floats* paged) const;
   optim::Floats spare_;  // the last all-reduce's result buffer, for the next one
   OpDeadlines op_deadlines_;
@@ -329,6 +332,9 @@ class RoundEngine {
   std::string sync_why_;
   StateOffer sync_offer_;  // of the state being parsed
   std::uint64_t offer_seq_ = 0;
+  std::optional<StateOffer> offer_;  // of the snapshot served now
+  Time offer_refresh_{Time::max()};
+  void write_offer(Time now);
 
   // consistency: our φ against the group's after DiLoCo rounds (a repair re-syncs at the next
   // DiLoCo submit)

@@ -44,9 +44,11 @@ struct ControllerOptions {
   Time join_wait{120'000};
   /// The matchmaking window (RoundOptions::match.window): a node left alone keeps trying later
   /// windows for about one round (its last: inner phase, averaging and outer step), at least two
-  /// windows, at most patience_cap.
+  /// windows, at most patience_cap. The cap is long (nodes that pair once share a cadence, so
+  /// the wait is paid once, and a model of billions of parameters has inner phases of many
+  /// minutes); it bounds the idle time of a node whose view still lists partners that are gone.
   Time window{10'000};
-  Time patience_cap{60'000};
+  Time patience_cap{1'800'000};
   /// A node whose view shows no other member is taken to be alone (patience 0) only once its
   /// view has had time to fill (two membership polls) since training began.
   Time settle{15'000};

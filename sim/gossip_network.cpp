@@ -49,6 +49,15 @@ void GossipNetwork::hand_over(const NodeId& node, const OpId& op) {
   on_finished_(node, std::move(p));
 }
 
+void GossipNetwork::set_payload_scale(double scale) {
+  set_wire_size([scale](std::span<const std::uint8_t> m) {
+    if (m.size() < 2) return static_cast<double>(m.size());
+    const std::size_t header = 2 + ((std::size_t{m[0]} << 8) | m[1]);
+    const double payload = m.size() > header ? static_cast<double>(m.size() - header) : 0.0;
+    return static_cast<double>(m.size()) + payload * (scale - 1);
+  });
+}
+
 void GossipNetwork::set_uplink(const NodeId& node, double bytes_per_ms) {
   nodes_.at(node).bytes_per_ms = bytes_per_ms;
 }

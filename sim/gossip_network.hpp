@@ -82,6 +82,8 @@ class GossipNetwork {
   void set_wire_size(std::function<double(std::span<const std::uint8_t>)> size) {
     wire_size_ = std::move(size);
   }
+  /// The common wire size: each payload byte stands for `scale` bytes (the header for itself).
+  void set_payload_scale(double scale);
 
   dht::Time now() const { return now_; }
   /// The time of the next pending event, if any.

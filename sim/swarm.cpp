@@ -51,6 +51,7 @@ struct Swarm::Node {
   bool leaving = false;      // leave() was asked
   std::optional<Time> wake;  // its entry in wake_
   int join_attempts = 0;
+  Time state_up_free{0};  // when its link is free of the state replies already sent
 };
 
 Swarm::Swarm(std::uint64_t seed, SwarmOptions opts)
@@ -59,6 +60,29 @@ Swarm::Swarm(std::uint64_t seed, SwarmOptions opts)
       dht_(seed, opts_.dht_link, opts_.dht),
       gossip_(seed ^ 0x9e3779b97f4a7c15ull, opts_.gossip_link) {
   if (opts_.workload) opts_.params = opts_.workload->params();
+  if (opts_.stands_for > static_cast<double>(opts_.params)) {
+    scale_ = opts_.stands_for / static_cast<double>(opts_.params);
+    gossip_.set_payload_scale(scale_);
+    auto& r = opts_.round;
+    r.op_deadline.min_rate /= scale_;
+    r.sync.min_rate /= scale_;
+    // A silence timeout grows by the factor a simulated piece (a chunk, a state chunk) stands
+    // for over a real one.
+    const auto silence = [&](Time t, double piece, double real_piece) {
+      const double f = scale_ * piece / real_piece;
+      return Time(static_cast<std::int64_t>(static_cast<double>(t.count()) * std::max(1.0, f)));
+    };
+    const double real_chunk = double(1u << 18);
+    r.exchange.chunk_timeout =
+        silence(r.exchange.chunk_timeout, double(r.exchange.chunk_values), real_chunk);
+    r.allreduce.chunk_timeout =
+        silence(r.allreduce.chunk_timeout, double(r.allreduce.chunk_values), real_chunk);
+    const double state_bytes = 8.0 * static_cast<double>(opts_.params) + 64;
+    opts_.control.join_wait =
+        silence(opts_.control.join_wait, std::min(state_bytes, double(r.snapshot_chunk)),
+                double(r.snapshot_chunk));
+    r.allreduce.linger = std::max(r.allreduce.linger, r.allreduce.chunk_timeout + Time(2000));
+  }
   if (opts_.net) {
     const auto& net = *opts_.net;
     auto link = opts_.dht_link;
@@ -316,8 +340,12 @@ bool Swarm::drain(std::size_t i) {
                auto body = nodes_[*donor]->server->answer(req.body)) {
       r.ok = true;
       r.body = std::move(*body);
-      r.at = now_ + 2 * lat +
-             Time(static_cast<std::int64_t>(r.body.size() / opts_.gossip_link.bytes_per_ms));
+      // The donor's replies leave over its link one after another.
+      auto& up = nodes_[*donor]->state_up_free;
+      up = std::max(up, now_ + lat) +
+           Time(static_cast<std::int64_t>(static_cast<double>(r.body.size()) * scale_ /
+                                          opts_.gossip_link.bytes_per_ms));
+      r.at = up + lat;
     } else {
       r.at = now_ + 2 * lat;
     }

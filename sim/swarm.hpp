@@ -42,7 +42,16 @@ struct SwarmOptions {
   gossip::RoundOptions round{};
   std::string run_id = "sim-run";
   std::size_t params = 1024;  ///< values in φ
-  float inner_lr = 0.5f;      ///< θ = φ + inner_lr·(target − φ)
+  /// Parameters the state stands for (0: `params`). A larger figure models a model of that size
+  /// with a φ of `params` values: every payload byte on the gossip network and every byte of a
+  /// state reply takes the time of stands_for / params bytes, and the options given in bytes
+  /// per second (the least rates of op deadlines and state sync) are divided by that factor, as
+  /// the cores see the small byte counts. A simulated chunk stands for that many more values
+  /// than a real one, so the silence timeouts (the cores' chunk_timeout, the controller's
+  /// join_wait) grow by the factor a simulated piece (a chunk, a state chunk) stands for over a
+  /// real one (2^18 values, snapshot_chunk bytes). Deadlines from sizes and rates are unchanged.
+  double stands_for = 0;
+  float inner_lr = 0.5f;  ///< θ = φ + inner_lr·(target − φ)
   /// What the nodes train; empty: every node pulls θ towards its own target (above). When set,
   /// `params` is taken from it.
   std::shared_ptr<Workload> workload;
@@ -168,6 +177,7 @@ class Swarm {
   std::priority_queue<Reply, std::vector<Reply>, std::greater<>> replies_;
   std::priority_queue<PendingStep, std::vector<PendingStep>, std::greater<>> steps_;
   std::uint64_t seq_ = 0;
+  double scale_ = 1;  // stands_for / params
   Time now_{0};
   std::set<std::pair<Time, std::size_t>> wake_;  // (time, node), one entry per live node
   std::set<std::size_t> touched_;                // nodes to visit at this instant

@@ -70,12 +70,7 @@ Outcome simulate(const Setup& s, std::size_t n, bool ring) {
   // Values each node carries: the ring needs a segment per member; a few per member are enough.
   const std::size_t carried = ring ? std::max<std::size_t>(256, n * 8) : 4096;
   const double scale = s.params / static_cast<double>(carried);
-  net.set_wire_size([scale](std::span<const std::uint8_t> m) {
-    if (m.size() < 2) return static_cast<double>(m.size());
-    const std::size_t header = 2 + ((std::size_t{m[0]} << 8) | m[1]);
-    const double payload = m.size() > header ? static_cast<double>(m.size() - header) : 0.0;
-    return static_cast<double>(m.size()) + payload * (scale - 1);
-  });
+  net.set_payload_scale(scale);
   std::vector<NodeId> ids;
   for (std::size_t i = 0; i < n; ++i) ids.push_back(net.add_node());
   std::map<NodeId, double> finished;  // node → seconds
