@@ -8,6 +8,8 @@
 //   churn       a swarm whose membership changes by a share during the run, against no churn
 //   scale       the whole swarm at N = 16 ... 1024: join time, control-plane traffic per node,
 //               member views, rounds and loss
+//   size        a swarm at model size (1B, 8B parameters) over slow lines: a joiner's state sync
+//               against its bound, round time, rounds averaged, deadlines that fired
 //   noloco-sweep what gossip can change without an all-reduce (group size, γ, α, H, partner
 //               choice, look-ahead) against standard DiLoCo at equal compute
 #pragma once
@@ -60,5 +62,6 @@ int run_dht_churn(const Args& a, const std::string& out);
 int run_churn(const Args& a, const std::string& out);
 int run_noloco_sweep(const Args& a, const std::string& out);
 int run_scale(const Args& a, const std::string& out);
+int run_size(const Args& a, const std::string& out);
 
 }  // namespace grove::sim
