@@ -144,9 +144,13 @@ void Controller::on_inner_done(Time phase, std::size_t live, Time now) {
   // and at least the next window (patience counts from its first ready record), so that a slower
   // node, or one whose rounds fall into the other windows, still pairs (nodes that pair once then
   // share a cadence). Not at all when it is the only member, once its view has had time to fill.
+  // A node that averaged with nobody in its last rounds although it is not alone doubles its
+  // patience each time (the others' rounds are longer than its own: e.g. a joiner beside a pair
+  // that averages a large model over a slow line), until its windows meet theirs.
   const Time round = last_submit_ ? std::max(phase, now - *last_submit_) : phase;
   const bool alone = now - training_since_.value_or(now) > opts_.settle && live <= 1;
-  patience_ = alone ? Time(0) : std::min(std::max(round, 2 * opts_.window), opts_.patience_cap);
+  const Time base = std::max(round, 2 * opts_.window) * (Time::rep{1} << std::min(unpaired_, 6));
+  patience_ = alone ? Time(0) : std::min(base, opts_.patience_cap);
   Action p{Kind::set_patience};
   p.time = patience_;
   push(std::move(p));
@@ -195,6 +199,7 @@ void Controller::on_report(const Report& r, Time now) {
   round_deadline_ = Time::max();
   if (phase_ == Phase::leaving) return;
   const bool is_round = r.kind == Report::Kind::round;
+  if (is_round) unpaired_ = r.averaged_with.empty() ? unpaired_ + 1 : 0;
   if (opts_.overlap && is_round && (training_ || waiting_)) {
     // θ was trained on meanwhile: pulled toward the new slow weights.
     Action a{Kind::mix};

@@ -169,6 +169,7 @@ class Controller {
   Time round_deadline_{Time::max()};
   Time leave_deadline_{Time::max()};
   Time patience_{0};
+  int unpaired_ = 0;  // rounds in a row that averaged with nobody
   std::uint32_t since_checkpoint_ = 0;
   std::optional<Time> last_checkpoint_;
   std::uint64_t dropped_ = 0;

@@ -1,5 +1,6 @@
 #include "node/status.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 
@@ -38,7 +39,10 @@ constexpr auto kStatusSchema = sc::record<StatusAnswer>(
                            sc::field("bytes_received", &MemberStatus::bytes_received, sc::Uint{}),
                            sc::field("round_s", &MemberStatus::round_s, kNumber),
                            sc::field("uptime_s", &MemberStatus::uptime_s, kNumber),
-                           sc::field("reachable", &MemberStatus::reachable, sc::Bool{})))));
+                           sc::field("reachable", &MemberStatus::reachable, sc::Bool{}),
+                           sc::field("sync_bytes", &MemberStatus::sync_bytes, sc::Uint{}),
+                           sc::field("sync_total", &MemberStatus::sync_total, sc::Uint{}),
+                           sc::field("sync_rate", &MemberStatus::sync_rate, kNumber)))));
 
 std::string num(double v, const char* fmt) {
   if (!std::isfinite(v)) return "-";
@@ -80,6 +84,24 @@ std::string json_number(double v) {
   return b;
 }
 
+std::string sync_progress_text(const MemberStatus& m) {
+  if (m.sync_total == 0) return "-";
+  const double done = static_cast<double>(std::min(m.sync_bytes, m.sync_total));
+  const double total = static_cast<double>(m.sync_total);
+  char b[96];
+  int n = std::snprintf(b, sizeof b, "%.0f%% of %.2f GB", 100.0 * done / total, total / 1e9);
+  if (std::isfinite(m.sync_rate) && m.sync_rate > 0) {
+    const double left_s = (total - done) / m.sync_rate;
+    n += std::snprintf(b + n, sizeof b - static_cast<std::size_t>(n), " at %.1f MB/s, ",
+                       m.sync_rate / 1e6);
+    if (left_s < 120)
+      std::snprintf(b + n, sizeof b - static_cast<std::size_t>(n), "%.0f s left", left_s);
+    else
+      std::snprintf(b + n, sizeof b - static_cast<std::size_t>(n), "%.0f min left", left_s / 60);
+  }
+  return b;
+}
+
 std::vector<std::uint8_t> encode_status(const std::vector<MemberStatus>& members) {
   return sc::encode(kStatusSchema, StatusAnswer{members});
 }
@@ -104,7 +126,10 @@ std::string status_json(const std::vector<MemberStatus>& members) {
          ",\"bytes_sent\":" + std::to_string(m.bytes_sent) +
          ",\"bytes_received\":" + std::to_string(m.bytes_received) +
          ",\"round_s\":" + json_number(m.round_s) + ",\"uptime_s\":" + json_number(m.uptime_s) +
-         ",\"reachable\":" + (m.reachable ? "true" : "false") + "}\n";
+         ",\"reachable\":" + (m.reachable ? "true" : "false") +
+         ",\"sync_bytes\":" + std::to_string(m.sync_bytes) +
+         ",\"sync_total\":" + std::to_string(m.sync_total) +
+         ",\"sync_rate\":" + json_number(m.sync_rate) + "}\n";
   }
   return s;
 }
@@ -127,6 +152,7 @@ std::string status_table(const std::vector<MemberStatus>& members) {
         static_cast<double>(m.bytes_sent) / 1e6, static_cast<double>(m.bytes_received) / 1e6,
         num(m.round_s, "%.1f").c_str(), printable(m.address, 80).c_str());
     s += line;
+    if (m.sync_total > 0) s += "    state sync: " + sync_progress_text(m) + "\n";
   }
   return s;
 }

@@ -36,7 +36,13 @@ struct MemberStatus {
   double round_s = NAN;  ///< mean wall time of a round (inner phase + averaging)
   double uptime_s = NAN;
   bool reachable = true;
+  /// A state sync under way (joining or catching up): verified bytes of the state's, at the
+  /// rate measured from its donor (bytes per second); zeros when none is.
+  std::uint64_t sync_bytes = 0, sync_total = 0;
+  double sync_rate = NAN;
 };
+/// "42% of 8.00 GB at 11.8 MB/s, 6 min left" for a sync under way ("-" when none is).
+std::string sync_progress_text(const MemberStatus& m);
 
 std::vector<std::uint8_t> encode_status(const std::vector<MemberStatus>& members);
 transport::Result<std::vector<MemberStatus>> decode_status(std::span<const std::uint8_t> bytes);

@@ -335,9 +335,18 @@ void Loop::on_report(gossip::RoundReport r) {
   // (A round that ends after the node gave up on it and left is not the node's any more.)
   if (r.kind == gossip::RoundReport::Kind::sync_progress) {
     s_.console.syncing(r.sync_bytes, r.sync_total, r.sync_rate);
+    s_.board.update([&](MemberStatus& me) {
+      me.sync_bytes = r.sync_bytes;
+      me.sync_total = r.sync_total;
+      me.sync_rate = r.sync_rate;
+    });
     ctl_.on_report(r, now_ms());
     return;
   }
+  s_.board.update([](MemberStatus& me) {  // the sync (if any) has ended
+    me.sync_bytes = me.sync_total = 0;
+    me.sync_rate = NAN;
+  });
   const bool counted =
       started_ && r.kind != gossip::RoundReport::Kind::sync_failed && !ctl_.leaving();
   // θ went to the round engine with the last submit; its buffer (pages mapped) comes back.

@@ -18,9 +18,11 @@ std::vector<K> kinds(Controller& c) {
   return out;
 }
 
-Report report(Report::Kind k) {
+// A round that averaged with a partner (`paired`), or with nobody.
+Report report(Report::Kind k, bool paired = true) {
   Report r;
   r.kind = k;
+  if (k == Report::Kind::round && paired) r.averaged_with.push_back(gossip::NodeId{1});
   return r;
 }
 
@@ -79,6 +81,33 @@ TEST(Controller, PatienceFollowsTheLastRoundWithinBounds) {
   c.on_report(report(Report::Kind::round), ms(104'000));
   c.on_inner_done(ms(5000), 2, ms(109'000));  // the round: 4 s averaging + the 5 s phase
   EXPECT_EQ(c.patience(), ms(9000));
+}
+
+// A node beside others whose rounds find nobody (their rounds are longer than its own) doubles
+// its patience each time, up to the cap, and goes back to one round once it has paired.
+TEST(Controller, PatienceDoublesWhileRoundsFindNobody) {
+  ControllerOptions o;
+  o.window = ms(2000);
+  o.patience_cap = ms(60'000);
+  Controller c(o);
+  c.begin(StartKind::bootstrap, false, ms(0));
+  c.take_actions();
+  Time t = ms(0);
+  std::vector<Time> seen;
+  for (int i = 0; i < 6; ++i) {
+    t += ms(5000);
+    c.on_inner_done(ms(5000), 3, t);
+    seen.push_back(c.patience());
+    c.on_theta(kFinite, t);
+    c.on_report(report(Report::Kind::round, false), t);  // nobody was ready
+  }
+  EXPECT_EQ(seen, (std::vector<Time>{ms(5000), ms(10'000), ms(20'000), ms(40'000), ms(60'000),
+                                     ms(60'000)}));
+  c.on_inner_done(ms(5000), 3, t + ms(5000));
+  c.on_theta(kFinite, t + ms(5000));
+  c.on_report(report(Report::Kind::round), t + ms(6000));  // paired at last
+  c.on_inner_done(ms(5000), 3, t + ms(11'000));
+  EXPECT_EQ(c.patience(), ms(6000));  // one round again: 1 s averaging + the 5 s phase
 }
 
 TEST(Controller, AloneBeforeTheViewSettledStillWaits) {

@@ -45,6 +45,27 @@ TEST(Status, RoundTripsAndRendersOneRowPerMember) {
   EXPECT_EQ(std::count(json.begin(), json.end(), '\n'), 2);
 }
 
+TEST(Status, AJoinersStateSyncShowsItsProgressRateAndTimeLeft) {
+  auto m = sample();
+  m.status = "joining";
+  m.sync_bytes = 2'000'000'000;
+  m.sync_total = 8'000'000'000;
+  m.sync_rate = 12.5e6;
+  const auto back = decode_status(encode_status({m, sample()}));
+  ASSERT_TRUE(back);
+  EXPECT_EQ((*back)[0].sync_total, 8'000'000'000u);
+  EXPECT_DOUBLE_EQ((*back)[0].sync_rate, 12.5e6);
+  EXPECT_EQ(sync_progress_text((*back)[0]), "25% of 8.00 GB at 12.5 MB/s, 8 min left");
+  EXPECT_EQ(sync_progress_text((*back)[1]), "-");
+  const auto table = status_table(*back);
+  EXPECT_NE(table.find("state sync: 25% of 8.00 GB"), std::string::npos);
+  EXPECT_EQ(std::count(table.begin(), table.end(), '\n'), 4);  // header, 2 rows, the sync line
+  const auto json = status_json(*back);
+  EXPECT_NE(json.find("\"sync_total\":8000000000"), std::string::npos);
+  m.sync_rate = NAN;  // before the first chunk: no rate, no time left
+  EXPECT_EQ(sync_progress_text(m), "25% of 8.00 GB");
+}
+
 TEST(Status, HostileStringsCannotReachTheTerminal) {
   auto m = sample();
   m.status = "\x1b[2J\x1b[31mpwned\r";

@@ -18,7 +18,9 @@ Start the node first (``grove-node --bootstrap --workload external`` for a new s
 How it works: the script and its node talk over a Unix socket (small msgpack messages) and share
 the parameters through a shared-memory segment of the node, so a large model is never copied
 through the socket. CPU float32 parameters are re-pointed into that segment (no copy at all);
-others (GPU, half precision) are copied in and out of it when the node asks. The node never
+others (GPU, half precision) are copied in and out of it when the node asks, a bounded chunk at
+a time (:data:`COPY_CHUNK` values: a GPU's values pass through one pinned staging buffer of that
+size, so no model-sized copy exists on the host beyond the segment). The node never
 executes anything the script sends. Uses only Debian's python3-torch, python3-numpy and
 python3-msgpack.
 """
@@ -38,6 +40,10 @@ __all__ = ["attach", "Node", "Outer", "GroveError", "Refused", "NodeGone", "Node
            "default_socket"]
 
 PROTOCOL = 1
+#: Values per chunk when parameters that cannot live in the shared memory (GPU, not float32) are
+#: copied in and out of it: bounds the host staging buffer (pinned, for a GPU) and the temporary
+#: a dtype conversion makes (16 Mi values: 64 MiB of float32).
+COPY_CHUNK = 1 << 24
 _MAX_FRAME = 8 << 20
 
 
@@ -260,6 +266,7 @@ class Outer:
             os.close(fd)
         flat = torch.from_numpy(np.frombuffer(self._mm, dtype=np.float32, count=total))
         self._slots = []  # (parameter, its view in shared memory, zero-copy)
+        self._staging = None  # pinned float32 chunk for GPU parameters (made when first needed)
         offset = 0
         for _, p in params:
             view = flat[offset:offset + p.numel()].view(p.shape)
@@ -301,15 +308,54 @@ class Outer:
             else:
                 raise GroveError("unexpected message from the node: %r" % (op,))
 
+    def _chunks(self, p, view):
+        """(parameter part, shared-memory part, staging or None) per chunk of a parameter."""
+        src = p.data.reshape(-1)
+        dst = view.reshape(-1)
+        staging = None
+        if p.device.type != "cpu":
+            if self._staging is None:
+                self._staging = torch.empty(min(COPY_CHUNK, max(1, dst.numel())),
+                                            dtype=torch.float32,
+                                            pin_memory=torch.cuda.is_available())
+            elif self._staging.numel() < min(COPY_CHUNK, dst.numel()):
+                self._staging = torch.empty(min(COPY_CHUNK, dst.numel()), dtype=torch.float32,
+                                            pin_memory=self._staging.is_pinned())
+            staging = self._staging
+        for i in range(0, dst.numel(), COPY_CHUNK):
+            n = min(COPY_CHUNK, dst.numel() - i)
+            yield src[i:i + n], dst[i:i + n], None if staging is None else staging[:n]
+
+    def _copy_in(self, p, view):  # shared memory := the parameter, chunk by chunk
+        for part, shared, staging in self._chunks(p, view):
+            if staging is None:
+                shared.copy_(part)  # (a CPU dtype conversion of one chunk)
+            else:
+                staging.copy_(part)  # device → pinned host (converted on the device)
+                shared.copy_(staging)
+
+    def _copy_out(self, p, view):  # the parameter := shared memory, chunk by chunk
+        if not p.data.is_contiguous():  # (reshape would copy: write through the parameter)
+            p.data.copy_(view)
+            return
+        for part, shared, staging in self._chunks(p, view):
+            if staging is None:
+                part.copy_(shared)
+            else:
+                staging.copy_(shared)
+                part.copy_(staging)  # pinned host → device (synchronous: staging is reused)
+
     @torch.no_grad()
     def _store(self):  # shared memory := the model
         for slot in self._slots:
             p, view, zero_copy, pointed = slot
-            if not pointed:
-                view.copy_(p.data)
-            if zero_copy and not pointed:
-                p.data = view
-                slot[3] = True
+            if zero_copy:
+                if not pointed:
+                    view.copy_(p.data)
+                    p.data = view
+                    slot[3] = True
+            else:
+                self._copy_in(p, view)
 
     @torch.no_grad()
     def _load(self):  # the model := shared memory
@@ -320,7 +366,7 @@ class Outer:
                     p.data = view
                     slot[3] = True
             else:
-                p.data.copy_(view)
+                self._copy_out(p, view)
 
     @torch.no_grad()
     def _adopt(self):  # no new weights: CPU float32 parameters move into shared memory

@@ -1,0 +1,67 @@
+#!/usr/bin/python3
+"""The grove package's copy path (node/python/grove): parameters that cannot live in the node's
+shared memory (not float32, or not on the CPU) are copied in and out of it a bounded chunk at a
+time. Checked here on CPU tensors of float16 and bfloat16 (the path a GPU's parameters take, but
+for the pinned staging buffer; a GPU is used too when one is there), with a chunk far smaller
+than the parameters so that every parameter spans several chunks and a ragged last one: the
+values that arrive in shared memory and come back are the parameters' own, converted.
+
+Usage: grove_copy_test.py. Exit 77 (skipped) without Debian's torch. Run with /usr/bin/python3.
+"""
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.normpath(os.path.join(HERE, "..", "..", "node", "python")))
+
+
+def check(grove, torch, dtype, device):
+    torch.manual_seed(3)
+    params = [torch.nn.Parameter(torch.randn(1000, 7).to(dtype=dtype, device=device)),
+              torch.nn.Parameter(torch.randn(3).to(dtype=dtype, device=device))]
+    total = sum(p.numel() for p in params)
+    shm = torch.zeros(total, dtype=torch.float32)  # stands for the node's segment
+    outer = grove.Outer.__new__(grove.Outer)  # only the copy path: no node behind it
+    outer._staging = None
+    views, off = [], 0
+    for p in params:
+        views.append(shm[off:off + p.numel()].view(p.shape))
+        off += p.numel()
+    with torch.no_grad():
+        for p, v in zip(params, views):
+            outer._copy_in(p, v)
+            want = p.data.float().cpu()
+            if not torch.equal(v, want):
+                raise AssertionError("%s on %s: shared memory differs from the parameter"
+                                     % (dtype, device))
+            v.mul_(2)  # the node's new weights
+            outer._copy_out(p, v)
+            if not torch.equal(p.data.float().cpu(), (want * 2).to(dtype).float()):
+                raise AssertionError("%s on %s: the parameter did not take the new weights"
+                                     % (dtype, device))
+    staging = outer._staging
+    if device != "cpu":
+        if staging is None or staging.numel() > grove.COPY_CHUNK:
+            raise AssertionError("a GPU's values pass through one chunk-sized staging buffer")
+    elif staging is not None:
+        raise AssertionError("CPU parameters need no staging buffer")
+
+
+def main():
+    try:
+        import torch
+        import grove
+    except ImportError as e:
+        print("skipped: %s" % e)
+        return 77
+    grove.COPY_CHUNK = 1024  # parameters of 7000 values: 7 chunks; 3 values: 1
+    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    for device in devices:
+        for dtype in (torch.float16, torch.bfloat16, torch.float64):
+            check(grove, torch, dtype, device)
+            print("ok: %s on %s" % (dtype, device))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
