@@ -3,8 +3,8 @@
 // bandwidth on every frame each side sends), as a ratio to the wire bytes ÷ link rate bound.
 // Target: <= 1.1x at 100 Mbit/s.
 //
-//   exchange_bench [--mbit 100] [--sizes 16M,64M] [--codec fp16|bf16|fp32|e3m0] [--reps 3]
-//                  [--chunk VALUES]
+//   exchange_bench [--mbit 100] [--rtt-ms 0] [--sizes 16M,64M] [--codec fp16|bf16|fp32|e3m0]
+//                  [--reps 3] [--chunk VALUES]
 #include <spdlog/spdlog.h>
 
 #include <cstring>
@@ -32,18 +32,22 @@ std::vector<float> values(std::size_t n, std::uint32_t seed) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  double mbit = 100;
+  double mbit = 100, rtt_ms = 0;
   std::vector<std::uint64_t> sizes{16u << 20, 64u << 20};
   gossip::WireCodec codec = gossip::WireCodec::fp16;
   int reps = 3;
   std::size_t chunk_values = gossip::ExchangeOptions{}.chunk_values;
   bench::Args args(argc, argv,
-                   "[--mbit 100] [--sizes 16M,64M] [--codec fp16|bf16|fp32|e3m0] [--reps 3] "
+                   "[--mbit 100] [--rtt-ms 0] [--sizes 16M,64M] [--codec fp16|bf16|fp32|e3m0] "
+                   "[--reps 3] "
                    "[--chunk VALUES]");
   while (args.next()) {
     if (args.is("--mbit")) {
       mbit = args.number<double>();
       if (!(mbit > 0)) args.fail("--mbit must be > 0");
+    } else if (args.is("--rtt-ms")) {
+      rtt_ms = args.number<double>();
+      if (!(rtt_ms >= 0 && rtt_ms <= 10000)) args.fail("--rtt-ms must be in 0..10000");
     } else if (args.is("--sizes")) {
       sizes = args.sizes(1024, bench::Args::kMaxSize, 1024);
     } else if (args.is("--codec")) {
@@ -64,6 +68,7 @@ int main(int argc, char** argv) {
   auto plan = std::make_shared<transport::FaultPlan>();
   transport::FaultConfig fc;
   fc.bandwidth_bytes_per_sec = rate;
+  fc.latency = transport::Duration(static_cast<std::int64_t>(rtt_ms / 2));
   plan->set_default(fc);
   bench::HostThread ta, tb;
   transport::HostOptions ho;

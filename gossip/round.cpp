@@ -90,6 +90,7 @@ void RoundEngine::start(optim::OuterState state, Time now) {
     *a = std::move(p);
   }
   state_ = std::move(state);
+  ++state_gen_;
   has_state_ = true;
   phase_ = Phase::idle;
   catch_up_.reset();  // (a join given up on: its requests and answers are dropped)
@@ -292,6 +293,7 @@ std::shared_ptr<StepWork> RoundEngine::step_work(StepWork::Kind kind) {
   w->mode = round_mode_;
   w->state = std::move(state_);  // φ, momentum (and error buffer) go with the job
   state_ = {};
+  ++state_gen_;
   state_.round = w->state.round;
   ++w->state.round;
   w->theta = std::move(theta_);  // the input of a local step; else the buffer given back after
@@ -386,6 +388,7 @@ void RoundEngine::on_step_done(std::uint64_t seq, Time now) {
   if (w->kind == StepWork::Kind::parse) return synced(w, now);
   RoundReport r = std::exchange(step_report_, {});
   state_ = std::move(w->state);
+  ++state_gen_;
   phi_hash_ = w->hash;
   if (w->kind == StepWork::Kind::diloco_ring) spare_ = std::move(w->ring);
   if (w->theta.size() == state_.phi.size()) r.spare = std::move(w->theta);
@@ -437,7 +440,8 @@ void RoundEngine::publish_state(std::shared_ptr<const StateBlob> blob) {
 void RoundEngine::on_snapshot(std::uint64_t seq, std::shared_ptr<const StateSnapshot> snap,
                               Time now) {
   if (seq != snapshot_seq_ || !snap || !opts_.serve_state || !server_) return;  // superseded
-  server_->add(snap);
+  for (auto& gone : server_->add(snap))  // freed by the driver (a large file's blocks)
+    if (retired_.size() < 8) retired_.push_back(std::move(gone));
   StateOffer o;
   o.address = addresses_.empty() ? "" : addresses_.front();
   o.run_id = run_id_;
@@ -467,21 +471,12 @@ void RoundEngine::set_patience(Time t) {
   if (groups_) groups_->set_patience(t);
 }
 
-void RoundEngine::mix(optim::Floats& theta, float alpha) const {
-  mix(std::span<float>(theta), alpha, &theta);
-}
-
-void RoundEngine::mix(std::span<float> theta, float alpha, const optim::Floats* paged) const {
-  assert(theta.size() == state_.phi.size());  // the driver's contract
-  if (theta.size() != state_.phi.size()) return;
-  const auto& phi = state_.phi;
-  optim::by_fragments(theta.size(),
-                      [&](std::size_t lo, std::size_t hi) {
-                        for (std::size_t i = lo; i < hi; ++i)
-                          theta[i] = alpha * theta[i] + (1.0f - alpha) * phi[i];
-                        if (paged) paged->release(lo, hi);
-                      },
-                      {&phi});
+void RoundEngine::mix_part(std::span<float> theta, std::size_t offset, float alpha) const {
+  assert(offset + theta.size() <= state_.phi.size());  // the driver's contract
+  if (offset + theta.size() > state_.phi.size()) return;
+  const float* phi = state_.phi.data() + offset;
+  for (std::size_t i = 0; i < theta.size(); ++i)
+    theta[i] = alpha * theta[i] + (1.0f - alpha) * phi[i];
 }
 
 // ---- mode schedule
@@ -616,6 +611,7 @@ void RoundEngine::synced(const std::shared_ptr<StepWork>& w, Time now) {
   if (!w->error.empty()) return sync_failed(w->error, now);
   const StateOffer offer = sync_offer_;
   state_ = std::move(w->state);
+  ++state_gen_;
   has_state_ = true;
   ++syncs_;
   // A joiner stays "fresh" until it ends a round; a member that catches up does not become

@@ -163,15 +163,18 @@ class RoundEngine {
   /// The slow weights, momentum and round (the next inner phase starts from state().phi); not
   /// while stepping().
   const optim::OuterState& state() const { return state_; }
+  /// Changes whenever state() is replaced (a step, a sync): a driver that reads φ over several
+  /// calls (a fragment at a time) starts again when it changed.
+  std::uint64_t state_generation() const { return state_gen_; }
+  /// θ[i] = α·θ[i] + (1−α)·φ[offset + i] for θ a part of the fast weights (see mix()).
+  void mix_part(std::span<float> theta, std::size_t offset, float alpha) const;
   /// state() in its binary form (optim/state_format.hpp), written once per new state into a blob
   /// of RoundOptions::blobs: the snapshot served to joiners; nullptr when the engine serves none.
   /// The node writes its checkpoints from it, so the state is serialised once per round.
   std::shared_ptr<const StateBlob> state_blob() const { return state_blob_; }
   /// Overlap: the fast weights trained during the round, mixed with the new slow weights:
   /// θ = α·θ + (1−α)·φ (the next Δ is still taken against φ).
-  void mix(std::span<float> theta, float alpha = 0.5f) const { mix(theta, alpha, nullptr); }
-  /// The same, θ's fragments released as they are mixed.
-  void mix(optim::Floats& theta, float alpha = 0.5f) const;
+  void mix(std::span<float> theta, float alpha = 0.5f) const { mix_part(theta, 0, alpha); }
   /// How long a node left alone in its window keeps trying later windows (MatchOptions::
   /// patience): about one inner phase of the others, so that a slow node still pairs; zero when
   /// the node knows it is alone, so that a lone node does not wait for nobody.
@@ -226,6 +229,11 @@ class RoundEngine {
   std::optional<Time> next_deadline() const;
 
   std::vector<RoundReport> take_reports() { return std::exchange(reports_, {}); }
+  /// Snapshots no longer served, for the driver to drop off its strand (freeing a large state's
+  /// file takes a while); a driver that never takes them drops at most 8 at a time here.
+  std::vector<std::shared_ptr<const StateSnapshot>> take_retired() {
+    return std::exchange(retired_, {});
+  }
   /// DiLoCo group members whose published hash for a round differed from ours.
   std::uint64_t mismatches() const { return judge_.mismatches(); }
   /// Times our slow weights were found to be the odd ones out and replaced from the group's.
@@ -275,9 +283,10 @@ class RoundEngine {
     return pseudo_gradient_into(state_.phi, theta_, offset, std::move(into), opts_.floats,
                                 opts_.threads);
   }
-  void mix(std::span<float> theta, float alpha, const optim::Floats* paged) const;
   optim::Floats spare_;  // the last all-reduce's result buffer, for the next one
   OpDeadlines op_deadlines_;
+  std::uint64_t state_gen_ = 0;
+  std::vector<std::shared_ptr<const StateSnapshot>> retired_;
   /// The deadline of an averaging op that sends `bytes` (logged).
   Time op_deadline(const char* what, std::size_t members, std::uint64_t bytes) const;
 

@@ -192,6 +192,10 @@ void RoundRuntime::after_event() {
           });
         });
   }
+  // A snapshot no longer served is freed on the snapshot thread: closing a large state's file
+  // frees its blocks (a second at 800 MB here), which would hold the DHT strand.
+  if (auto retired = engine_->take_retired(); !retired.empty())
+    boost::asio::post(snapshot_pool_, [r = std::move(retired)]() mutable { r.clear(); });
   for (auto& r : engine_->take_reports())
     if (on_report_) on_report_(std::move(r));
 }

@@ -120,21 +120,29 @@ transport::Result<std::vector<std::uint8_t>> StateSnapshot::chunk(std::uint32_t 
 
 // Newest first: an older snapshot stays while it fits in the budget (with `held` bytes already
 // held) or a joiner asked for it since the last add(); at most `room` of them.
-void StateServer::prune(std::uint64_t held, std::size_t room) {
+std::vector<std::shared_ptr<const StateSnapshot>> StateServer::prune(std::uint64_t held,
+                                                                     std::size_t room) {
   std::vector<Held> kept;
-  for (auto it = snaps_.rbegin(); it != snaps_.rend() && kept.size() < room; ++it) {
-    if (!it->asked && held + it->snap->size() > budget_) continue;
+  std::vector<std::shared_ptr<const StateSnapshot>> dropped;
+  for (auto it = snaps_.rbegin(); it != snaps_.rend(); ++it) {
+    if (kept.size() >= room || (!it->asked && held + it->snap->size() > budget_)) {
+      dropped.push_back(it->snap);
+      continue;
+    }
     held += it->snap->size();
     kept.push_back({it->snap, it->asked});
   }
   snaps_.assign(kept.rbegin(), kept.rend());
+  return dropped;
 }
 
-void StateServer::add(std::shared_ptr<const StateSnapshot> s) {
+std::vector<std::shared_ptr<const StateSnapshot>> StateServer::add(
+    std::shared_ptr<const StateSnapshot> s) {
   std::lock_guard lock(mu_);
-  prune(s->size(), std::max<std::size_t>(keep_, 1) - 1);
+  auto dropped = prune(s->size(), std::max<std::size_t>(keep_, 1) - 1);
   for (auto& h : snaps_) h.asked = false;
   snaps_.push_back({std::move(s)});
+  return dropped;
 }
 
 std::shared_ptr<const StateSnapshot> StateServer::latest() const {

@@ -109,7 +109,9 @@ class StateServer {
  public:
   explicit StateServer(std::size_t keep = 2, std::uint64_t budget = std::uint64_t{64} << 20)
       : keep_(keep), budget_(budget) {}
-  void add(std::shared_ptr<const StateSnapshot> s);
+  /// Returns the snapshots no longer served: the caller drops them where freeing a large file
+  /// holds up nothing (the node: off the DHT strand).
+  std::vector<std::shared_ptr<const StateSnapshot>> add(std::shared_ptr<const StateSnapshot> s);
   std::shared_ptr<const StateSnapshot> latest() const;
   /// The response body, or an error: malformed request, or errc::rejected for a snapshot or
   /// chunk we do not hold (any more).
@@ -120,7 +122,7 @@ class StateServer {
     std::shared_ptr<const StateSnapshot> snap;
     mutable bool asked = false;  // since the last add()
   };
-  void prune(std::uint64_t held, std::size_t room);
+  std::vector<std::shared_ptr<const StateSnapshot>> prune(std::uint64_t held, std::size_t room);
   std::size_t keep_;
   std::uint64_t budget_;
   mutable std::mutex mu_;

@@ -97,6 +97,8 @@ class Loop {
   void publish_status(const char* status);
   std::size_t live_members();
   void checkpoint();
+  void over_phi(
+      const std::function<void(const gossip::RoundEngine&, std::size_t, std::size_t)>& fn);
   int finish();
   template <class F>
   void with_engine(F fn) {
@@ -196,24 +198,18 @@ void Loop::execute(const Action& a) {
       s_.round->join(P_);
       return;
     case Kind::load_phi:
-      with_engine([&](gossip::RoundEngine& e) {
+      if (theta_.size() != P_) theta_ = optim::Floats::zeros(P_, s_.floats);
+      over_phi([&](const gossip::RoundEngine& e, std::size_t lo, std::size_t hi) {
         const auto& phi = e.state().phi;
-        if (theta_.size() != P_) theta_ = optim::Floats::zeros(P_, s_.floats);
-        optim::by_fragments(P_,
-                            [&](std::size_t lo, std::size_t hi) {
-                              std::copy(phi.begin() + lo, phi.begin() + hi, theta_.begin() + lo);
-                            },
-                            {&phi, &theta_});
-        t_.progress.round = e.state().round;
+        std::copy(phi.begin() + lo, phi.begin() + hi, theta_.begin() + lo);
       });
       s_.workload.set_params_from(theta_);
       if (a.source != Action::Source::none) begin(a.source);
       return;
     case Kind::mix:
       take_theta();
-      with_engine([&](gossip::RoundEngine& e) {
-        e.mix(theta_, a.alpha);
-        t_.progress.round = e.state().round;
+      over_phi([&](const gossip::RoundEngine& e, std::size_t lo, std::size_t hi) {
+        e.mix_part(std::span(theta_.data() + lo, hi - lo), lo, a.alpha);
       });
       s_.workload.set_params_from(theta_);
       return;
@@ -444,6 +440,37 @@ std::size_t Loop::live_members() {
   return transport::run_on(s_.net.dht()->executor(), [m = s_.members] {
     return m->live(dht::DhtRuntime::wall_now()).size();
   });
+}
+
+// A pass over θ against the engine's φ, fn(engine, lo, hi) a fragment at a time, each fragment a
+// job of its own on the DHT strand: a model-sized pass in one job would hold the strand for
+// seconds (records, polls and matchmaking would wait). φ is the engine's between rounds; should
+// it be replaced meanwhile (a catch-up ended), the pass starts again on the new one. θ
+// (this thread's) and φ leave memory fragment by fragment.
+void Loop::over_phi(
+    const std::function<void(const gossip::RoundEngine&, std::size_t, std::size_t)>& fn) {
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    std::optional<std::uint64_t> gen;
+    bool replaced = false;
+    for (std::size_t lo = 0; lo < P_ && !replaced; lo += optim::kFragment) {
+      const std::size_t hi = std::min(P_, lo + optim::kFragment);
+      with_engine([&](gossip::RoundEngine& e) {
+        const auto& phi = e.state().phi;
+        if (phi.size() != P_ || (gen && e.state_generation() != *gen)) {
+          replaced = true;  // (the engine keeps φ's size: a new state is of the run's model)
+          return;
+        }
+        gen = e.state_generation();
+        fn(e, lo, hi);
+        phi.release(lo, hi);
+        t_.progress.round = e.state().round;
+      });
+      theta_.release(lo, hi);
+    }
+    if (!replaced) return;
+    spdlog::info("the slow weights were replaced during a pass over them; starting it again");
+  }
+  spdlog::error("the slow weights kept changing under a pass over them; θ is left as it was");
 }
 
 // A checkpoint of the engine's state as the snapshot it serves to joiners (its blob, shared:
