@@ -72,7 +72,7 @@ Swarm::Swarm(std::uint64_t seed, SwarmOptions opts)
       const double f = scale_ * piece / real_piece;
       return Time(static_cast<std::int64_t>(static_cast<double>(t.count()) * std::max(1.0, f)));
     };
-    const double real_chunk = double(1u << 18);
+    const double real_chunk = double(gossip::ExchangeOptions{}.chunk_values);  // the node's
     r.exchange.chunk_timeout =
         silence(r.exchange.chunk_timeout, double(r.exchange.chunk_values), real_chunk);
     r.allreduce.chunk_timeout =
