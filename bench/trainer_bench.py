@@ -1,7 +1,9 @@
 #!/usr/bin/python3
 """What the trainer pays for grove-node: two grove-node processes (--workload external) on loopback,
-each driven by a PyTorch trainer with a ~100M-parameter model (float32, CPU), NoLoCo, H inner
-steps a round. Run once without and once with the node's --overlap.
+each driven by a PyTorch trainer with a ~100M-parameter model (float32, CPU unless --device
+cuda), NoLoCo, H inner steps a round. Run once without and once with the node's --overlap.
+With --device cuda the model lives on the GPU and the hand-off goes through the grove package's
+pinned staging chunk; --dtype bfloat16 (or float16) takes that chunked copy path on any device.
 
 Prints, per run:
   - the time of H inner steps (the trainer's own forward, backward and optimiser steps);
@@ -12,7 +14,9 @@ Prints, per run:
     run (target: memcpy time ÷ hand-off time >= 0.5).
 
 Usage: bench/trainer_bench.py GROVE_NODE [--params 100e6] [--inner-steps 10] [--rounds 10]
-(run with /usr/bin/python3: Debian's torch). Takes about 3 minutes on 2 cores.
+       [--device auto|cpu|cuda] [--dtype float32|bfloat16|float16] [--modes no-overlap,overlap]
+(run with /usr/bin/python3: Debian's torch; the trainers run under the same interpreter). Takes
+about 3 minutes on 2 cores.
 """
 import argparse
 import json
@@ -39,17 +43,22 @@ def trainer(argv):
     ap.add_argument("--params", type=float, required=True)
     ap.add_argument("--inner-steps", type=int, required=True)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--dtype", default="float32")
     a = ap.parse_args(argv)
     torch.set_num_threads(1)
     torch.manual_seed(0)
     d = 4096
     layers = max(1, round(a.params / (d * d + d)))
-    model = torch.nn.Sequential(*[torch.nn.Linear(d, d) for _ in range(layers)])
+    dtype = getattr(torch, a.dtype)
+    model = torch.nn.Sequential(*[torch.nn.Linear(d, d) for _ in range(layers)]).to(
+        device=a.device, dtype=dtype)
     opt = torch.optim.SGD(model.parameters(), lr=1e-4)
     node = grove.attach(socket=a.socket, timeout=120)
     outer = node.noloco(model, inner_steps=a.inner_steps)
     compute, calls = [], []
-    x = torch.randn(2, d)
+    x = torch.randn(2, d, device=a.device, dtype=dtype)
+    cuda = a.device.startswith("cuda")
     try:
         while True:
             t0 = time.perf_counter()
@@ -57,6 +66,8 @@ def trainer(argv):
             loss.backward()
             opt.step()
             opt.zero_grad()
+            if cuda:
+                torch.cuda.synchronize()
             t1 = time.perf_counter()
             node.report(loss=loss.item())
             outer.step()
@@ -100,8 +111,9 @@ def one_run(binary, args, overlap):
                     raise RuntimeError("node %s did not open its trainer socket" % name)
                 time.sleep(0.1)
             procs.append(subprocess.Popen(
-                ["/usr/bin/python3", os.path.abspath(__file__), "--trainer", "--socket", sock,
+                [sys.executable, os.path.abspath(__file__), "--trainer", "--socket", sock,
                  "--params", str(args.params), "--inner-steps", str(args.inner_steps),
+                 "--device", args.device, "--dtype", args.dtype,
                  "--out", os.path.join(work, name + ".out.json")],
                 stdout=open(os.path.join(work, name + ".trainer.log"), "w"),
                 stderr=subprocess.STDOUT))
@@ -172,10 +184,24 @@ def main():
     ap.add_argument("--params", type=float, default=100e6)
     ap.add_argument("--inner-steps", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--device", default="auto", help="auto (cuda when there is one), cpu, cuda")
+    ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+    ap.add_argument("--modes", default="no-overlap,overlap")
     args = ap.parse_args()
-    print("trainer_bench: 2 nodes + 2 PyTorch trainers on loopback, NoLoCo, H = %d, %d rounds"
-          % (args.inner_steps, args.rounds))
-    for overlap in (False, True):
+    if args.device == "auto":
+        import torch
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    where = args.device
+    if where.startswith("cuda"):
+        import torch
+        where = "%s (%s)" % (where, torch.cuda.get_device_name(0))
+    print("trainer_bench: 2 nodes + 2 PyTorch trainers on loopback, NoLoCo, H = %d, %d rounds, "
+          "model in %s on %s" % (args.inner_steps, args.rounds, args.dtype, where))
+    modes = args.modes.split(",")
+    for m in modes:
+        if m not in ("no-overlap", "overlap"):
+            ap.error("--modes: unknown mode %r (no-overlap, overlap)" % m)
+    for overlap in [m == "overlap" for m in modes]:
         res = one_run(args.binary, args, overlap)
         for name, r in res.items():
             h = r["handoff"]
@@ -184,11 +210,13 @@ def main():
             print("%-10s node %s: %.1fM params; H inner steps %.2f s; per-round overhead in "
                   "step() %.3f s = %.3f x H inner steps (other step() calls %.2f ms); %d/%d rounds "
                   "averaged, mean round %.0f ms as the node sees it; hand-off %.1f ms for %.0f MB vs memcpy %.1f ms: memcpy / hand-off = "
-                  "%.2f (target >= 0.5)"
+                  "%.2f (target >= 0.5); hand-off %.2f GB/s"
                   % ("overlap" if overlap else "no overlap", name, r["params"] / 1e6, r["inner"],
                      r["overhead"], r["overhead"] / r["inner"], r["plain_call_ms"], r["averaged"],
                      r["rounds"], r["sync_ms"], h.get("get_ms", float("nan")), h.get("bytes", 0) / 1e6,
-                     h.get("memcpy_ms", float("nan")), ratio), flush=True)
+                     h.get("memcpy_ms", float("nan")), ratio,
+                     h.get("bytes", 0) / 1e6 / h["get_ms"] if h.get("get_ms") else float("nan")),
+                  flush=True)
             print("%-10s node %s: peak RSS %.2f GB = %.1f x the parameter bytes; checkpoint "
                   "(written in the background) %.2f s"
                   % ("", name, r["peak_rss"] / 1e9, r["peak_rss"] / (4 * r["params"]),
