@@ -25,4 +25,19 @@ Progress progress_of(const dht::MemberInfo& m) {
   return p ? *p : Progress{};
 }
 
+OthersView view_of_others(const std::vector<dht::MemberInfo>& live, const NodeId& self,
+                          const std::set<NodeId>& departed, std::uint64_t round) {
+  OthersView o;
+  for (const auto& mem : live) {
+    if (mem.id == self || departed.contains(mem.id)) continue;
+    ++o.live;
+    const std::uint64_t r = progress_of(mem).round;
+    o.ahead |= r > round;
+    const bool syncing = mem.status == "joining" || mem.status == "syncing";
+    o.at_round += r == round && !syncing;
+    o.syncing += syncing && r <= round;
+  }
+  return o;
+}
+
 }  // namespace grove::gossip

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <span>
 #include <vector>
 
@@ -26,5 +27,14 @@ transport::Result<Progress> decode_progress(std::span<const std::uint8_t> payloa
 /// A member's progress; a member whose payload is empty or does not decode (it has not
 /// published one yet) is at round 0 with no hash.
 Progress progress_of(const dht::MemberInfo& m);
+
+/// The other live members as a member at `round` sees them (ourselves and `departed` left out).
+struct OthersView {
+  std::size_t live = 0, at_round = 0;  ///< all of them; those at our round
+  std::size_t syncing = 0;  ///< fetching the state (status joining or syncing), not ahead of us
+  bool ahead = false;       ///< one has ended our round already
+};
+OthersView view_of_others(const std::vector<dht::MemberInfo>& live, const NodeId& self,
+                          const std::set<NodeId>& departed, std::uint64_t round);
 
 }  // namespace grove::gossip

@@ -93,6 +93,7 @@ void RoundEngine::start(optim::OuterState state, Time now) {
   ++state_gen_;
   has_state_ = true;
   phase_ = Phase::idle;
+  idle_at_ = now;
   catch_up_.reset();  // (a join given up on: its requests and answers are dropped)
   after_state(now);
   poll_modes(now);
@@ -115,6 +116,7 @@ void RoundEngine::submit(optim::Floats theta, Time now) {
     return;
   }
   theta_ = std::move(theta);
+  inner_ = now - idle_at_;
   submitted_ = now;
   round_mode_ = mode_of(state_.round);
   const bool switched = state_.round > 0 && mode_of(state_.round - 1) != round_mode_;
@@ -157,26 +159,19 @@ void RoundEngine::declare_ready(Time now) {
     const Time waited = mm.read_time(now) - submitted_;
     behind = view.ahead;
     fresh = synced_into_round_ && waited < opts_.group_wait;
+    // (Counted again from the last wait for a member fetching the state: it is in now.)
     if (opts_.diloco_group == 0 && !view.ahead &&
-        waited < std::min(opts_.group_wait, 3 * opts_.match.window))
+        mm.read_time(now) - std::max(submitted_, synced_seen_) <
+            std::min(opts_.group_wait, 3 * opts_.match.window) +
+                (synced_seen_ > submitted_ ? inner_ : Time(0)))
       wait_for = static_cast<std::uint32_t>(view.at_round + 1);
+    if (opts_.diloco_group == 0 && wait_for_syncing(view, waited, now))
+      wait_for = static_cast<std::uint32_t>(view.at_round + view.syncing + 1);
   }
   if (!diloco) mm.set_swarm_size(members_.live(now).size());  // sets the number of buckets
   mm.ready(state_.round, addresses_, now,
            guarded(alive_, [this](MatchResult m) { on_match(std::move(m), store_.now()); }),
            entering_diloco_, phi_hash_, wait_for, behind, fresh);
-}
-
-RoundEngine::Others RoundEngine::others(Time now) const {
-  Others o;
-  for (const auto& mem : members_.live(now)) {
-    if (mem.id == store_.id() || departed_.contains(mem.id)) continue;
-    ++o.live;
-    const std::uint64_t round = progress_of(mem).round;
-    o.ahead |= round > state_.round;
-    o.at_round += round == state_.round;
-  }
-  return o;
 }
 
 void RoundEngine::on_match(MatchResult m, Time now) {
@@ -201,7 +196,9 @@ void RoundEngine::on_match(MatchResult m, Time now) {
   const Others view = diloco ? others(now) : Others{};
   if (m.group.size() < 2) {
     r.note = m.note;
-    if (diloco && view.live > 0 && !view.ahead && now - submitted_ < opts_.group_wait)
+    if (diloco && view.live > 0 && !view.ahead &&
+        (now - std::max(submitted_, synced_seen_) < after_sync_wait() ||
+         wait_for_syncing(view, now - submitted_, now)))
       return declare_ready(now);  // nobody has ended this round without us: wait for the group
     if (diloco && view.ahead) {
       // The others averaged without us: our slow weights would differ from theirs from now on.
@@ -394,7 +391,9 @@ void RoundEngine::on_step_done(std::uint64_t seq, Time now) {
   if (w->theta.size() == state_.phi.size()) r.spare = std::move(w->theta);
   synced_into_round_ = false;
   r.sync_time = now - submitted_;
+  round_time_ = inner_ + r.sync_time;
   phase_ = Phase::idle;
+  idle_at_ = now;
   publish_state(std::move(w->blob));  // (the old snapshot is served until the step is done)
   r.weights_hash = phi_hash_;
   reports_.push_back(std::move(r));
@@ -544,7 +543,9 @@ void RoundEngine::begin_sync(std::uint64_t min_round, bool joining, std::string 
   CatchUpOptions o;
   o.sync = opts_.sync;
   o.sync.store = opts_.blobs;
-  o.offers_wait = opts_.offers_wait;
+  // A member behind the group waits for the state the group holds after its round: give the
+  // offers of that round as long as two of our rounds take.
+  o.offers_wait = joining ? opts_.offers_wait : std::max(opts_.offers_wait, 2 * round_time_);
   o.offers_retry = std::clamp(opts_.match.window / 4, Time(100), Time(2000));
   o.values = has_state_ ? std::optional(state_.phi.size()) : expect_values_;
   catch_up_.reset();
@@ -618,6 +619,7 @@ void RoundEngine::synced(const std::shared_ptr<StepWork>& w, Time now) {
   // fresh (when every member had to catch up, nobody would be left to wait for).
   if (joining_) synced_into_round_ = true;
   phase_ = Phase::idle;
+  idle_at_ = now;
   theta_.clear();
   phi_hash_ = w->hash;
   publish_state(std::move(w->blob));
@@ -654,6 +656,7 @@ void RoundEngine::sync_failed(std::string why, Time now) {
   // step) and let the node train on.
   spdlog::warn("{}; keeping our slow weights", r.note);
   phase_ = Phase::idle;
+  idle_at_ = now;
   theta_.clear();
   r.local_only = true;
   r.weights_hash = phi_hash_;

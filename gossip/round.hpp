@@ -21,7 +21,9 @@
 // A joiner starts with join(): it reads the offers and downloads the newest state. A DiLoCo member
 // that was left out of a round (too slow for the window, not at the swarm's round, or excluded
 // from the all-reduce) catches up the same way instead of applying a step of its own: its slow
-// weights would otherwise differ from the group's from then on.
+// weights would otherwise differ from the group's from then on. So that such a download can
+// ever land on the group's current state, a DiLoCo group waits at its round boundary for live
+// members fetching the state (RoundOptions::sync_wait), then for their inner phase.
 //
 // The driver (the node's Asio runtime, or sim::Swarm) feeds the DHT and the engine the time,
 // runs the operations from take_ops() with its own clock (StartOp::make), carries the state
@@ -31,6 +33,7 @@
 // on_timer at next_deadline(). The engine's own time is the DHT's (record time).
 #pragma once
 
+#include <cmath>
 #include <deque>
 #include <functional>
 #include <map>
@@ -43,9 +46,10 @@
 #include "gossip/catch_up.hpp"
 #include "gossip/consistency.hpp"
 #include "gossip/exchange.hpp"
-#include "gossip/op_deadline.hpp"
 #include "gossip/matchmaking.hpp"
 #include "gossip/mode.hpp"
+#include "gossip/op_deadline.hpp"
+#include "gossip/progress.hpp"
 #include "gossip/state_sync.hpp"
 #include "gossip/step_work.hpp"
 #include "optim/outer.hpp"
@@ -80,6 +84,15 @@ struct RoundOptions {
   /// group's slow weights. Past this bound it takes the local step (the others then catch up
   /// from it). A member that others have left behind catches up by state sync at once.
   Time group_wait{120'000};
+  /// DiLoCo: a group (or a member alone at its round) also waits for live members that are
+  /// fetching the state (joining, or catching up: their records say so) instead of moving on
+  /// without them: every step taken meanwhile would make the state they fetch stale again, and
+  /// a joiner whose download outlasts a round would never catch up. (As with PCCL's shared-state
+  /// sync and torchft's recovery, the group pauses at one round boundary for a join.) For as
+  /// long as a download of our state should take at the rate our averaging measured (the op
+  /// deadline of its bytes: floor + margin × bytes ÷ rate), and at most sync_wait after the
+  /// inner phase; never while group_wait is 0 (leaving).
+  Time sync_wait = Time::max();
   std::size_t max_values = std::size_t{1} << 31;
   unsigned threads = 0;  ///< optim threads (0 = all)
 };
@@ -247,11 +260,28 @@ class RoundEngine {
   /// Declares us ready for our round in the next window (a new round, or waiting for the group).
   void declare_ready(Time now);
   /// The other live members in our view, less those seen leaving.
-  struct Others {
-    std::size_t live = 0, at_round = 0;  ///< all of them; those at our round
-    bool ahead = false;                  ///< one has ended our round already
-  };
-  Others others(Time now) const;
+  using Others = OthersView;
+  Others others(Time now) const {
+    return view_of_others(members_.live(now), store_.id(), departed_, state_.round);
+  }
+  /// DiLoCo: wait for the members that are fetching the state (RoundOptions::sync_wait).
+  bool wait_for_syncing(const Others& view, Time waited, Time now) {
+    if (view.syncing == 0 || view.ahead || opts_.group_wait <= Time(0) ||
+        waited >=
+            std::min(opts_.sync_wait, op_deadlines_.deadline_for(optim::serialized_size(state_))))
+      return false;
+    synced_seen_ = now;  // the group waits for them, and for group_wait once they are in
+    return true;
+  }
+  Time synced_seen_ = Time::min();  // when we last waited for a member fetching the state
+  Time idle_at_{0}, inner_{0};      // our last inner phase: its start and length
+  Time round_time_{0};              // our last round: inner phase and averaging
+  /// How long a member alone at its round waits for the others: group_wait, plus an inner
+  /// phase once it waited for a member fetching the state this round (that member trains its
+  /// inner phase before it is ready).
+  Time after_sync_wait() const {
+    return opts_.group_wait + (synced_seen_ > submitted_ ? inner_ : Time(0));
+  }
   /// The work of a round's step: φ and the momentum move into it, with its inputs set by the
   /// caller; finish_round hands it to the driver.
   std::shared_ptr<StepWork> step_work(StepWork::Kind kind);

@@ -197,14 +197,15 @@ StateDownload::StateDownload(std::string run_id, std::vector<StateOffer> offers,
 void StateDownload::start_donor(Time now) {
   const StateOffer& o = offers_[current_];
   if (o.run_id != run_id_ || o.size > opts_.max_size)
-    return next_donor("offer of another run or too large", now);
-  donor_since_ = now;
-  donor_bytes_ = 0;
+    return drop(current_, "offer of another run or too large", now);
+  active_.clear();
+  active_[current_] = Donor{now, 0, 0};
   if (manifest_ && manifest_root_ == o.root) {
     // Same snapshot: resume with the chunks we have.
     spdlog::info("state sync: resuming from {} with {} of {} chunks ({} of {} bytes) verified",
                  dht::short_hex(o.donor), verified_, have_.size(), verified_bytes(),
                  manifest_->size);
+    add_helpers(now);
     fill(now);
     return;
   }
@@ -214,15 +215,43 @@ void StateDownload::start_donor(Time now) {
   next_chunk_ = 0;
   verified_ = 0;
   blob_.reset();
-  request(std::nullopt, now);
+  request(std::nullopt, current_, now);
 }
 
-void StateDownload::next_donor(const std::string& why, Time now) {
+void StateDownload::add_helpers(Time now) {
+  std::string names;
+  for (std::size_t i = 0; i < offers_.size(); ++i) {
+    const StateOffer& o = offers_[i];
+    if (active_.count(i) || dropped_.count(i) || o.root != manifest_root_ || o.run_id != run_id_ ||
+        o.size > opts_.max_size || o.donor == offers_[current_].donor)
+      continue;
+    active_[i] = Donor{now, 0, 0};
+    names += (names.empty() ? "" : ", ") + dht::short_hex(o.donor);
+  }
+  if (!names.empty())
+    spdlog::info("state sync: {} also offer{} this state: fetching from {} donors at once", names,
+                 active_.size() == 2 ? "s" : "", active_.size());
+}
+
+void StateDownload::drop(std::size_t d, const std::string& why, Time now) {
   if (status_ != OpStatus::running) return;
-  spdlog::warn("state sync: dropping donor {}: {}", dht::short_hex(offers_[current_].donor), why);
-  pending_.clear();  // late answers from the dropped donor are ignored
-  asked_.clear();
-  if (++current_ >= offers_.size()) {
+  spdlog::warn("state sync: dropping donor {}: {}", dht::short_hex(offers_[d].donor), why);
+  dropped_.insert(d);
+  active_.erase(d);
+  for (auto it = pending_.begin(); it != pending_.end();) {  // late answers are ignored
+    if (it->second.donor != d) {
+      ++it;
+      continue;
+    }
+    if (it->second.index) asked_.erase(*it->second.index);
+    it = pending_.erase(it);
+  }
+  if (!active_.empty()) {  // the others go on (with its chunks)
+    if (d == current_) current_ = active_.begin()->first;
+    return fill(now);
+  }
+  while (current_ < offers_.size() && dropped_.count(current_)) ++current_;
+  if (current_ >= offers_.size()) {
     current_ = offers_.size() - 1;
     status_ = OpStatus::failed;
     failure_ = "every donor failed (last: " + why + ")";
@@ -231,8 +260,9 @@ void StateDownload::next_donor(const std::string& why, Time now) {
   start_donor(now);
 }
 
-void StateDownload::request(std::optional<std::uint32_t> index, Time now) {
-  const StateOffer& o = offers_[current_];
+void StateDownload::request(std::optional<std::uint32_t> index, std::size_t d, Time now) {
+  const StateOffer& o = offers_[d];
+  Donor& dn = active_.at(d);
   Request r;
   r.id = next_id_++;
   r.to = o.donor;
@@ -240,21 +270,39 @@ void StateDownload::request(std::optional<std::uint32_t> index, Time now) {
   r.body = encode_state_request({o.root, index});
   // The bytes in flight to this donor once this request is out (a manifest counts as small).
   const std::uint64_t each = manifest_ ? manifest_->chunk_bytes : 64u << 10;
-  const double in_flight = static_cast<double>(each * (pending_.size() + 1));
+  const double in_flight = static_cast<double>(each * (dn.in_flight + 1));
   r.deadline = now + opts_.request_floor +
-               Time(std::llround(1000.0 * opts_.rate_margin * in_flight / rate(now)));
-  pending_[r.id] = {index, r.deadline};
+               Time(std::llround(1000.0 * opts_.rate_margin * in_flight / rate(dn, now)));
+  ++dn.in_flight;
+  pending_[r.id] = {index, r.deadline, d};
   out_.push_back(std::move(r));
 }
 
 void StateDownload::fill(Time now) {
-  if (!manifest_) return;
+  if (!manifest_ || status_ != OpStatus::running) return;
   const auto total = static_cast<std::uint32_t>(manifest_->chunks.size());
-  for (std::uint32_t i = 0; i < total && pending_.size() < opts_.parallel; ++i) {
-    const std::uint32_t c = (next_chunk_ + i) % total;
-    if (have_[c] || asked_.count(c)) continue;
-    asked_.insert(c);
-    request(c, now);
+  // The next chunk neither verified nor asked for, from next_chunk_ on (wrapping).
+  std::uint32_t scanned = 0;
+  const auto next_wanted = [&]() -> std::optional<std::uint32_t> {
+    for (; scanned < total; ++scanned) {
+      const std::uint32_t c = (next_chunk_ + scanned) % total;
+      if (!have_[c] && !asked_.count(c)) return c;
+    }
+    return std::nullopt;
+  };
+  // Round robin over the donors, up to `parallel` requests each.
+  for (bool asked = true; asked;) {
+    asked = false;
+    for (auto& [d, dn] : active_) {
+      if (dn.in_flight >= opts_.parallel) continue;
+      const auto c = next_wanted();
+      if (!c) return;
+      asked_.insert(*c);
+      next_chunk_ = (*c + 1) % total;  // (chunks given back by a dropped donor: found on wrapping)
+      scanned = 0;
+      request(*c, d, now);
+      asked = true;
+    }
   }
 }
 
@@ -262,15 +310,20 @@ void StateDownload::on_response(std::uint64_t id, std::span<const std::uint8_t> 
   auto it = pending_.find(id);
   if (status_ != OpStatus::running || it == pending_.end()) return;
   const auto index = it->second.index;
+  const std::size_t d = it->second.donor;
   pending_.erase(it);
-  const StateOffer& o = offers_[current_];
+  const auto a = active_.find(d);  // (a dropped donor's requests are gone from pending_)
+  if (a == active_.end()) return;
+  Donor& dn = a->second;
+  --dn.in_flight;
+  const StateOffer& o = offers_[d];
   if (!index) {
     if (manifest_root(body) != o.root)
-      return next_donor("manifest does not match the signed root", now);
+      return drop(d, "manifest does not match the signed root", now);
     auto m = decode_manifest(body, opts_.max_chunks);
     if (!m || m->run_id != run_id_ || m->round != o.round || m->size != o.size ||
         m->chunk_bytes > opts_.max_chunk_bytes)
-      return next_donor("manifest malformed or inconsistent with the offer", now);
+      return drop(d, "manifest malformed or inconsistent with the offer", now);
     manifest_ = std::move(*m);
     manifest_root_ = o.root;
     have_.assign(manifest_->chunks.size(), false);
@@ -296,16 +349,17 @@ void StateDownload::on_response(std::uint64_t id, std::span<const std::uint8_t> 
       status_ = OpStatus::done;
       return;
     }
+    add_helpers(now);
     fill(now);
     return;
   }
   const std::uint32_t c = *index;
   asked_.erase(c);
-  if (!manifest_ || c >= have_.size() || have_[c]) return;
+  if (!manifest_ || c >= have_.size() || have_[c]) return fill(now);
   const std::size_t off = std::size_t{c} * manifest_->chunk_bytes;
   const std::size_t len = std::min<std::size_t>(manifest_->chunk_bytes, manifest_->size - off);
   if (body.size() != len || transport::blake2b_256(body) != manifest_->chunks[c])
-    return next_donor("chunk " + std::to_string(c) + " does not match the manifest", now);
+    return drop(d, "chunk " + std::to_string(c) + " does not match the manifest", now);
   if (auto w = blob_->write(off, body); !w) {
     status_ = OpStatus::failed;
     failure_ = "cannot write the state's chunk " + std::to_string(c) + ": " + w.text();
@@ -314,8 +368,7 @@ void StateDownload::on_response(std::uint64_t id, std::span<const std::uint8_t> 
   }
   have_[c] = true;
   ++fetched_;
-  donor_bytes_ += len;
-  next_chunk_ = c + 1;
+  dn.bytes += len;
   if (++verified_ == have_.size()) {
     status_ = OpStatus::done;
     pending_.clear();
@@ -328,33 +381,34 @@ void StateDownload::on_failure(std::uint64_t id, Time now, const std::string& wh
   auto it = pending_.find(id);
   if (status_ != OpStatus::running || it == pending_.end()) return;
   const auto& p = it->second;
-  next_donor(
-      (p.index ? "the request for chunk " + std::to_string(*p.index) : "the manifest request") +
-          " failed" + (why.empty() ? std::string() : ": " + why),
-      now);
+  drop(p.donor,
+       (p.index ? "the request for chunk " + std::to_string(*p.index) : "the manifest request") +
+           " failed" + (why.empty() ? std::string() : ": " + why),
+       now);
 }
 
 void StateDownload::on_timer(Time now) {
   if (status_ != OpStatus::running) return;
   for (const auto& [id, p] : pending_)
     if (now >= p.deadline) {
-      const double r = rate(now);
-      return next_donor(
-          (p.index ? "chunk " + std::to_string(*p.index) : std::string("the manifest")) +
-              " not answered by its deadline (" + std::to_string(pending_.size()) +
-              " requests in flight at " + (donor_bytes_ ? "the measured " : "the assumed ") +
-              std::to_string(static_cast<long long>(r / 1000)) + " kB/s)",
-          now);
+      const Donor dn = active_.count(p.donor) ? active_.at(p.donor) : Donor{};
+      const double r = rate(dn, now);
+      return drop(p.donor,
+                  (p.index ? "chunk " + std::to_string(*p.index) : std::string("the manifest")) +
+                      " not answered by its deadline (" + std::to_string(dn.in_flight) +
+                      " requests in flight at " + (dn.bytes ? "the measured " : "the assumed ") +
+                      std::to_string(static_cast<long long>(r / 1000)) + " kB/s)",
+                  now);
     }
 }
 
-double StateDownload::measured_rate(Time now) const {
-  const double secs = static_cast<double>((now - donor_since_).count()) / 1000.0;
-  return donor_bytes_ && secs > 0 ? static_cast<double>(donor_bytes_) / secs : 0;
+double StateDownload::measured_rate(const Donor& d, Time now) const {
+  const double secs = static_cast<double>((now - d.since).count()) / 1000.0;
+  return d.bytes && secs > 0 ? static_cast<double>(d.bytes) / secs : 0;
 }
 
-double StateDownload::rate(Time now) const {
-  return std::max(measured_rate(now), opts_.min_rate);
+double StateDownload::rate(const Donor& d, Time now) const {
+  return std::max(measured_rate(d, now), opts_.min_rate);
 }
 
 std::uint64_t StateDownload::verified_bytes() const {
@@ -371,7 +425,7 @@ SyncProgress StateDownload::progress(Time now) const {
   if (!manifest_) return p;
   p.total = manifest_->size;
   p.bytes = verified_bytes();
-  p.rate = measured_rate(now);
+  for (const auto& [d, dn] : active_) p.rate += measured_rate(dn, now);
   return p;
 }
 

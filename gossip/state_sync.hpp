@@ -9,11 +9,15 @@
 //  1. asks the donor for the manifest and checks that it hashes to the signed root and matches
 //     the offer (run, round, size, a chunk count within bounds);
 //  2. asks for chunks, `parallel` at a time, and checks each against the manifest as it arrives;
+//     Every other donor whose offer names the same root (DiLoCo members hold the very same
+//     state) serves chunks too, `parallel` requests each: the download takes the sum of their
+//     upload rates, not one donor's;
 //  3. when a request fails, passes its deadline (from the bytes in flight and the rate measured
 //     from that donor: StateSyncOptions), or returns a chunk that does not match, drops that
-//     donor and goes on with the next offer. Chunks already verified are kept when the next
-//     donor offers the same root (resume), and across downloads (SyncPartial: a join's next
-//     attempt); another root starts over.
+//     donor (its chunks go to the others) and, when no donor of the root is left, goes on with
+//     the next offer. Chunks already verified are kept when the next donor offers the same root
+//     (resume), and across downloads (SyncPartial: a join's next attempt); another root starts
+//     over.
 // Serving from the snapshot means the donor keeps training while joiners download. The cores
 // are sans-IO: the joiner's StateDownload emits requests and takes responses and the time; the
 // donor's StateServer answers requests; the node's runtime carries them as RPCs.
@@ -156,7 +160,7 @@ struct SyncPartial {
 };
 
 /// How far a download has come: verified bytes of the snapshot's size, at the rate measured
-/// from the current donor (bytes per second; 0 before its first chunk).
+/// from its donors together (bytes per second; 0 before the first chunk).
 struct SyncProgress {
   std::uint64_t bytes = 0, total = 0;
   double rate = 0;
@@ -188,7 +192,10 @@ class StateDownload {
   /// The verified snapshot, once done (nullptr before, or once taken).
   std::shared_ptr<const StateBlob> take_blob();
   const StateOffer& offer() const { return offers_.at(current_); }
-  std::size_t donors_tried() const { return current_ + 1; }
+  /// Donors asked for something so far (those dropped and those serving).
+  std::size_t donors_tried() const { return dropped_.size() + active_.size(); }
+  /// Donors serving chunks now.
+  std::size_t donors_active() const { return active_.size(); }
   std::size_t chunks_fetched() const { return fetched_; }
   SyncProgress progress(Time now) const;
   /// After a failure: the verified chunks, for the next attempt (nullopt when there are none).
@@ -198,13 +205,25 @@ class StateDownload {
   struct Pending {
     std::optional<std::uint32_t> index;
     Time deadline{0};
+    std::size_t donor = 0;  // offers_ index
+  };
+  // A donor serving this download: its delivery since its first request went out (bytes of
+  // verified chunks) and its requests in flight.
+  struct Donor {
+    Time since{0};
+    std::uint64_t bytes = 0;
+    std::size_t in_flight = 0;
   };
   void start_donor(Time now);
-  void next_donor(const std::string& why, Time now);
-  void request(std::optional<std::uint32_t> index, Time now);
+  /// After the manifest: every other offer of its root serves chunks too.
+  void add_helpers(Time now);
+  /// Drops donor `d` (offers_ index): its requests go back to the pool; when no donor is left,
+  /// the next offer not yet tried.
+  void drop(std::size_t d, const std::string& why, Time now);
+  void request(std::optional<std::uint32_t> index, std::size_t d, Time now);
   void fill(Time now);
-  double measured_rate(Time now) const;  // the current donor's (0 before its first chunk)
-  double rate(Time now) const;           // measured_rate, at least min_rate
+  double measured_rate(const Donor& d, Time now) const;  // 0 before its first chunk
+  double rate(const Donor& d, Time now) const;           // measured_rate, at least min_rate
   std::uint64_t verified_bytes() const;
 
   std::string run_id_;
@@ -219,9 +238,8 @@ class StateDownload {
   std::set<std::uint32_t> asked_;
   std::uint32_t next_chunk_ = 0;
   std::size_t verified_ = 0, fetched_ = 0;
-  // The current donor's delivery: bytes of verified chunks since its first request went out.
-  Time donor_since_{0};
-  std::uint64_t donor_bytes_ = 0;
+  std::map<std::size_t, Donor> active_;  // by offers_ index; current_ fetches the manifest
+  std::set<std::size_t> dropped_;
   // The manifest's size, from opts_.store; every byte comes from a verified chunk.
   std::unique_ptr<BlobWriter> blob_;
   OpStatus status_ = OpStatus::running;

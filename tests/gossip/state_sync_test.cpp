@@ -103,6 +103,65 @@ TEST(StateSync, AFailingDonorIsReplacedAndTheDownloadResumes) {
   EXPECT_EQ(d.chunks_fetched(), 16u);
 }
 
+// Donors of the same state (DiLoCo members hold the very same bits) serve it together:
+// after the manifest every donor of its root gets `parallel` requests, so a joiner downloads at
+// the sum of their upload rates; a donor of another root is not asked.
+TEST(StateSync, EveryDonorOfTheSameStateServesChunksAtOnce) {
+  const auto blob = random_blob(1u << 20, 12);
+  auto snap = std::make_shared<StateSnapshot>("run-s", 5, blob, 32768);  // 32 chunks
+  auto other = std::make_shared<StateSnapshot>("run-s", 5, random_blob(1u << 20, 13), 32768);
+  Donors ds;
+  for (int i : {0, 1, 2}) ds.servers[donor_id(i)].add(snap);
+  ds.servers[donor_id(3)].add(other);
+  StateSyncOptions o;
+  o.parallel = 2;
+  StateDownload d("run-s",
+                  {offer_of(*snap, 0), offer_of(*other, 3), offer_of(*snap, 1), offer_of(*snap, 2)},
+                  o, dht::Time(0));
+  // The manifest from the first donor, then two chunk requests to each donor of its root.
+  auto reqs = d.take_requests();
+  ASSERT_EQ(reqs.size(), 1u);
+  d.on_response(reqs[0].id, *ds.servers.at(reqs[0].to).answer(reqs[0].body), dht::Time(0));
+  EXPECT_EQ(d.donors_active(), 3u);
+  std::map<int, int> asked;
+  reqs = d.take_requests();
+  for (const auto& r : reqs) ++asked[r.to[0] - 1];
+  EXPECT_EQ(asked, (std::map<int, int>{{0, 2}, {1, 2}, {2, 2}}));
+  for (const auto& r : reqs) d.on_response(r.id, *ds.servers.at(r.to).answer(r.body), dht::Time(0));
+  ds.run(d);
+  ASSERT_EQ(d.status(), OpStatus::done) << d.failure();
+  EXPECT_TRUE(bytes_of(d) == blob);
+  EXPECT_EQ(d.chunks_fetched(), 32u);
+  EXPECT_EQ(ds.answered.count(3), 0u);
+  for (int i : {0, 1, 2}) EXPECT_GE(ds.answered[i], 8u) << "donor " << i;
+}
+
+// A donor that fails or sends a bad chunk while others serve the same state is dropped alone:
+// its chunks go to the others and the download finishes without starting over.
+TEST(StateSync, ADonorDroppedMidDownloadLeavesItsChunksToTheOthers) {
+  const auto blob = random_blob(1u << 20, 14);
+  auto snap = std::make_shared<StateSnapshot>("run-s", 5, blob, 32768);  // 32 chunks
+  for (bool tamper : {false, true}) {
+    Donors ds;
+    for (int i : {0, 1, 2}) ds.servers[donor_id(i)].add(snap);
+    std::size_t served1 = 0;
+    ds.hook = [&](int donor, std::optional<std::uint32_t> idx, std::vector<std::uint8_t>& b) {
+      if (donor != 1 || !idx || ++served1 <= 3) return true;
+      if (!tamper) return false;
+      b[0] ^= 1;
+      return true;
+    };
+    StateDownload d("run-s", {offer_of(*snap, 0), offer_of(*snap, 1), offer_of(*snap, 2)}, {},
+                    dht::Time(0));
+    ds.run(d);
+    ASSERT_EQ(d.status(), OpStatus::done) << d.failure();
+    EXPECT_TRUE(bytes_of(d) == blob);
+    EXPECT_EQ(d.donors_tried(), 3u);
+    EXPECT_EQ(d.donors_active(), 2u);
+    EXPECT_EQ(d.chunks_fetched(), 32u);  // nothing fetched twice
+  }
+}
+
 TEST(StateSync, TamperedChunkOrManifestIsDetected) {
   const auto blob = random_blob(300'000, 3);
   auto snap = std::make_shared<StateSnapshot>("run-s", 9, blob, 65536);

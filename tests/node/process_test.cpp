@@ -19,6 +19,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -357,6 +358,73 @@ TEST(NodeProcess, AJoinerMidRunStartsNearTheSwarmsLoss) {
   ASSERT_TRUE(n2.expect(std::regex("noloco with "), 60s)) << n2.log();
   for (Proc* p : {&n0, &n1, &n2}) p->signal(SIGTERM);
   for (Proc* p : {&n0, &n1, &n2}) EXPECT_EQ(p->wait_exit(60s), 0) << p->log();
+}
+
+// Links slow enough (every node's sends shaped to 200 kbit/s with 100 ms of RTT) that a round —
+// the state sync of a joiner, the pair or trio exchange of the small mlp's 21k parameters — lasts
+// many times the inner phase: every node keeps training and averaging to its last step, no
+// deadline fires and nobody leaves early.
+TEST(NodeProcess, OverSlowLinksRoundsLastFarLongerThanTheInnerPhaseAndEveryNodeKeepsAveraging) {
+  TempDir d;
+  const std::vector<std::string> slow = {"--emulate-link", "200kbit,100ms", "--no-progress"};
+  std::vector<std::string> a = {
+      "--bootstrap", "--workload",  "mlp",    "--model-size", "small",       "--inner-steps",
+      "20",          "--lr",        "0.01",   "--window-ms",  "1000",        "--listen",
+      "127.0.0.1:0", "--state-dir", d / "n0", "--metrics",    d / "m0.jsonl"};
+  a.insert(a.end(), slow.begin(), slow.end());
+  Proc n0(a);
+  const auto addr = listen_address(n0);
+  ASSERT_FALSE(addr.empty()) << n0.log();
+  std::vector<std::unique_ptr<Proc>> joiners;
+  for (int i = 1; i <= 2; ++i) {
+    auto j = join_args(d, "n" + std::to_string(i), addr,
+                       {"--metrics", d / ("m" + std::to_string(i) + ".jsonl")});
+    j.insert(j.end(), slow.begin(), slow.end());
+    // Past the steps the bootstrap node trained alone while they fetched its state.
+    j.insert(j.end(), {"--max-steps", "240"});
+    joiners.push_back(std::make_unique<Proc>(j));
+  }
+  std::smatch m;
+  const std::regex deadline(
+      "timed out|not answered by its deadline|did not finish in|gave up waiting|past the chunk "
+      "timeout|could not get the swarm's state");
+  for (auto& j : joiners) {
+    ASSERT_TRUE(j->expect(kStopped, 300s, &m)) << j->log();
+    EXPECT_EQ(m[1], "240") << j->log();
+  }
+  n0.signal(SIGTERM);
+  for (Proc* p : {&n0, joiners[0].get(), joiners[1].get()}) {
+    EXPECT_EQ(p->wait_exit(60s), 0) << p->log();
+    EXPECT_FALSE(std::regex_search(p->log(), deadline)) << p->log();
+  }
+  for (int i = 0; i < 3; ++i) {
+    std::ifstream metrics(d / ("m" + std::to_string(i) + ".jsonl"));
+    std::string rounds;  // one letter a round: 'a' averaged, 'l' local only
+    double utilization = 1, wall = 0;
+    for (std::string line; std::getline(metrics, line);) {
+      if (line.find("\"event\":\"round\"") != std::string::npos)
+        rounds += line.find("\"partners\":[\"") != std::string::npos ? 'a' : 'l';
+      std::smatch e;
+      if (line.find("\"event\":\"stop\"") != std::string::npos) {
+        if (std::regex_search(line, e, std::regex(R"re("utilization":([0-9.e-]+))re")))
+          utilization = std::stod(e[1]);
+        if (std::regex_search(line, e, std::regex(R"re("wall_s":([0-9.e-]+))re")))
+          wall = std::stod(e[1]);
+      }
+    }
+    // The rounds while partners were there: from the first averaged one to the last.
+    const auto first = rounds.find('a'), last = rounds.rfind('a');
+    ASSERT_NE(first, std::string::npos) << "node " << i << " never averaged";
+    const std::string together = rounds.substr(first, last - first + 1);
+    const auto averaged = std::count(together.begin(), together.end(), 'a');
+    std::printf("node %d: rounds %s, %.1f s, %.3f of it in inner steps\n", i, rounds.c_str(), wall,
+                utilization);
+    // The premise: a round (its exchange and waits) takes more than three inner phases.
+    EXPECT_LT(utilization, 0.25) << "node " << i;
+    EXPECT_GE(averaged, 5) << "node " << i << ": " << rounds;
+    // At most one round missed its partners while they were there.
+    EXPECT_GE(averaged + 1, static_cast<long>(together.size())) << "node " << i << ": " << rounds;
+  }
 }
 
 // DiLoCo from the start: three members all-reduce every round and learn; one is killed with

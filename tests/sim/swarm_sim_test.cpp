@@ -227,11 +227,10 @@ void at_size(double params, double mbit, OuterMode mode) {
   EXPECT_LE(r.join_s, 1.2 * r.bound_s + 10) << "bound " << r.bound_s << " s";
   EXPECT_GE(r.join_s, r.bound_s) << "the state cannot arrive faster than the line";
   for (const auto& f : r.fired) ADD_FAILURE() << f;
+  // Every node averages, the joiner too: a DiLoCo group waits at its round boundary for a
+  // member fetching its state (RoundOptions::sync_wait) instead of leaving it behind again.
   for (std::size_t i = 0; i < r.rounds.size(); ++i) {
-    // A DiLoCo joiner that lands behind the pair goes on catching up by whole states (a known
-    // gap: a sync that takes about the others' round lands behind again; it would need the
-    // missed rounds' mean Δ, not a state).
-    if (mode == OuterMode::diloco && i == r.joiner) continue;
+    EXPECT_GE(r.rounds[i], 2) << "node " << i;
     EXPECT_GE(2 * r.averaged[i], r.rounds[i])
         << "node " << i << " averaged " << r.averaged[i] << " of " << r.rounds[i] << " rounds";
   }
@@ -241,8 +240,9 @@ TEST(SwarmSim, EightBillionParametersNoLoCoOverSlowLinesKeepsItsDeadlines) {
   for (const double mbit : {20.0, 100.0}) at_size(8e9, mbit, OuterMode::noloco);
 }
 
-TEST(SwarmSim, OneBillionParametersDiLoCoKeepsItsDeadlines) {
-  at_size(1e9, 100, OuterMode::diloco);
+// At 20 Mbit/s a joiner's download of the 8 GB state (53 min) outlasts the group's round.
+TEST(SwarmSim, OneBillionParametersDiLoCoJoinerGetsInAndKeepsItsDeadlines) {
+  for (const double mbit : {20.0, 100.0}) at_size(1e9, mbit, OuterMode::diloco);
 }
 
 // More seeds of both scenarios (minutes of run time: not part of CI's test run):
