@@ -29,41 +29,7 @@ std::shared_ptr<FaultyLink> FaultyLink::wrap(std::shared_ptr<Link> inner,
 
 FaultyLink::FaultyLink(std::shared_ptr<Link> inner, std::shared_ptr<FaultPlan> plan,
                        asio::any_io_executor ex)
-    : inner_(std::move(inner)), plan_(std::move(plan)), timer_(ex), tx_timer_(std::move(ex)) {}
-
-std::size_t FaultyLink::queued_bytes() const {
-  const auto now = Clock::now();
-  while (!unsent_.empty() && unsent_.front().first <= now) {
-    unsent_bytes_ -= unsent_.front().second;
-    unsent_.pop_front();
-  }
-  return inner_->queued_bytes() + unsent_bytes_;
-}
-
-// The session looks at queued_bytes() when told the link is writable: tell it when the line's
-// queue has drained to half (a sender held back at its limit refills it then).
-void FaultyLink::arm_tx() {
-  if (tx_timer_armed_ || closed_ || unsent_.empty()) return;
-  const std::size_t half = unsent_bytes_ / 2;
-  std::size_t left = unsent_bytes_;
-  auto at = unsent_.back().first;
-  for (const auto& [end, bytes] : unsent_) {
-    left -= bytes;
-    if (left <= half) {
-      at = end;
-      break;
-    }
-  }
-  tx_timer_armed_ = true;
-  tx_timer_.expires_at(at);
-  tx_timer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
-    self->tx_timer_armed_ = false;
-    if (ec || self->closed_) return;
-    (void)self->queued_bytes();
-    if (auto h = self->handler_.lock()) h->on_writable();
-    self->arm_tx();
-  });
-}
+    : inner_(std::move(inner)), plan_(std::move(plan)), timer_(std::move(ex)) {}
 
 void FaultyLink::start(std::weak_ptr<LinkHandler> handler) {
   handler_ = std::move(handler);
@@ -87,30 +53,22 @@ void FaultyLink::send(Frame f) {
     return;
   }
   const auto now = Clock::now();
-  // A frame waits for the line (the frames before it), is serialised at the line's rate, then
-  // travels for the latency: it arrives at tx_end + latency (+ jitter).
-  auto tx_end = now;
+  auto at = now + c.latency;
+  if (c.jitter.count() > 0)
+    at += Duration(std::uniform_int_distribution<long>(0, c.jitter.count())(plan_->rng_));
   if (c.bandwidth_bytes_per_sec > 0) {
     busy_until_ = std::max(busy_until_, now) +
                   std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
                       static_cast<double>(f.wire_size()) / c.bandwidth_bytes_per_sec));
-    tx_end = busy_until_;
+    at = std::max(at, busy_until_);
   }
-  auto at = tx_end + c.latency;
-  if (c.jitter.count() > 0)
-    at += Duration(std::uniform_int_distribution<long>(0, c.jitter.count())(plan_->rng_));
   at = std::max(at, last_at_);  // a link never reorders
   last_at_ = at;
-  if (tx_end > now) {
-    (void)queued_bytes();  // forget the frames sent meanwhile
-    unsent_.emplace_back(tx_end, f.wire_size());
-    unsent_bytes_ += f.wire_size();
-    arm_tx();
-  }
   if (at <= now && delayed_.empty()) {
     inner_->send(std::move(f));
     return;
   }
+  delayed_bytes_ += f.wire_size();
   delayed_.push_back({at, std::move(f)});
   arm();
 }
@@ -128,11 +86,18 @@ void FaultyLink::arm() {
 void FaultyLink::release() {
   if (closed_) return;
   const auto now = Clock::now();
+  bool released = false;
   while (!delayed_.empty() && delayed_.front().at <= now) {
+    delayed_bytes_ -= delayed_.front().frame.wire_size();
     inner_->send(std::move(delayed_.front().frame));
     delayed_.pop_front();
+    released = true;
   }
   arm();
+  // Frames held here count in queued_bytes(): tell the session when room opened up, or a
+  // sender that stopped at its high-water mark would wait for its next tick (seconds).
+  if (released)
+    if (auto h = handler_.lock()) h->on_writable();
 }
 
 void FaultyLink::close(std::error_code reason, bool flush) {
@@ -142,11 +107,9 @@ void FaultyLink::close(std::error_code reason, bool flush) {
     for (auto& d : delayed_) inner_->send(std::move(d.frame));
   }
   delayed_.clear();
-  unsent_.clear();
-  unsent_bytes_ = 0;
+  delayed_bytes_ = 0;
   closed_ = true;
   timer_.cancel();
-  tx_timer_.cancel();
   inner_->close(reason, flush);
 }
 
@@ -154,10 +117,8 @@ void FaultyLink::cut() {
   if (closed_) return;
   closed_ = true;
   delayed_.clear();
-  unsent_.clear();
-  unsent_bytes_ = 0;
+  delayed_bytes_ = 0;
   timer_.cancel();
-  tx_timer_.cancel();
   inner_->close(make_error_code(errc::connection_truncated), false);
 }
 
@@ -176,7 +137,6 @@ void FaultyLink::on_writable() {
 void FaultyLink::on_closed(std::error_code ec) {
   closed_ = true;
   timer_.cancel();
-  tx_timer_.cancel();
   if (auto h = handler_.lock()) h->on_closed(ec);
   handler_.reset();
 }

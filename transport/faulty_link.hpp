@@ -67,11 +67,7 @@ class FaultyLink final : public Link,
   const PeerInfo& peer() const override { return inner_->peer(); }
   void start(std::weak_ptr<LinkHandler> handler) override;
   void send(Frame f) override;
-  /// The inner link's queue plus the frames still waiting for their turn on the emulated line
-  /// (serialisation at `bandwidth`): frames that are only "in flight" (their latency) are on the
-  /// wire, not in a queue, as on a real link; so a sender that keeps its queue to a few
-  /// milliseconds of sending still fills the line's bandwidth × delay.
-  std::size_t queued_bytes() const override;
+  std::size_t queued_bytes() const override { return inner_->queued_bytes() + delayed_bytes_; }
   void close(std::error_code reason, bool flush) override;
 
   // LinkHandler (from the inner link)
@@ -83,7 +79,7 @@ class FaultyLink final : public Link,
 
  private:
   struct Delayed {
-    Clock::time_point at;  // delivered to the inner link (serialised, its latency passed)
+    Clock::time_point at;
     Frame frame;
   };
   void arm();
@@ -94,13 +90,7 @@ class FaultyLink final : public Link,
   boost::asio::steady_timer timer_;
   std::weak_ptr<LinkHandler> handler_;
   std::deque<Delayed> delayed_;
-  // Frames whose tx_end has not passed, oldest first, for queued_bytes() (mutable: it forgets
-  // those whose time passed when asked).
-  mutable std::deque<std::pair<Clock::time_point, std::size_t>> unsent_;
-  mutable std::size_t unsent_bytes_ = 0;
-  boost::asio::steady_timer tx_timer_;  // on_writable() once the line's queue has drained
-  bool tx_timer_armed_ = false;
-  void arm_tx();
+  std::size_t delayed_bytes_ = 0;
   Clock::time_point last_at_{}, busy_until_{};
   std::size_t sent_ = 0;
   bool closed_ = false;
