@@ -162,8 +162,7 @@ void RoundEngine::declare_ready(Time now) {
     // (Counted again from the last wait for a member fetching the state: it is in now.)
     if (opts_.diloco_group == 0 && !view.ahead &&
         mm.read_time(now) - std::max(submitted_, synced_seen_) <
-            std::min(opts_.group_wait, 3 * opts_.match.window) +
-                (synced_seen_ > submitted_ ? inner_ : Time(0)))
+            std::min(opts_.group_wait, 3 * opts_.match.window) + newcomer_phase())
       wait_for = static_cast<std::uint32_t>(view.at_round + 1);
     if (opts_.diloco_group == 0 && wait_for_syncing(view, waited, now))
       wait_for = static_cast<std::uint32_t>(view.at_round + view.syncing + 1);
@@ -197,7 +196,7 @@ void RoundEngine::on_match(MatchResult m, Time now) {
   if (m.group.size() < 2) {
     r.note = m.note;
     if (diloco && view.live > 0 && !view.ahead &&
-        (now - std::max(submitted_, synced_seen_) < after_sync_wait() ||
+        (now - std::max(submitted_, synced_seen_) < opts_.group_wait + newcomer_phase() ||
          wait_for_syncing(view, now - submitted_, now)))
       return declare_ready(now);  // nobody has ended this round without us: wait for the group
     if (diloco && view.ahead) {

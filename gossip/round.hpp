@@ -33,7 +33,6 @@
 // on_timer at next_deadline(). The engine's own time is the DHT's (record time).
 #pragma once
 
-#include <cmath>
 #include <deque>
 #include <functional>
 #include <map>
@@ -53,6 +52,7 @@
 #include "gossip/state_sync.hpp"
 #include "gossip/step_work.hpp"
 #include "optim/outer.hpp"
+#include "optim/state_format.hpp"
 
 namespace grove::gossip {
 
@@ -276,12 +276,9 @@ class RoundEngine {
   Time synced_seen_ = Time::min();  // when we last waited for a member fetching the state
   Time idle_at_{0}, inner_{0};      // our last inner phase: its start and length
   Time round_time_{0};              // our last round: inner phase and averaging
-  /// How long a member alone at its round waits for the others: group_wait, plus an inner
-  /// phase once it waited for a member fetching the state this round (that member trains its
-  /// inner phase before it is ready).
-  Time after_sync_wait() const {
-    return opts_.group_wait + (synced_seen_ > submitted_ ? inner_ : Time(0));
-  }
+  /// An inner phase once we waited for a member fetching the state this round (it trains its
+  /// inner phase before it is ready), else nothing: added to the waits for the group.
+  Time newcomer_phase() const { return synced_seen_ > submitted_ ? inner_ : Time(0); }
   /// The work of a round's step: φ and the momentum move into it, with its inputs set by the
   /// caller; finish_round hands it to the driver.
   std::shared_ptr<StepWork> step_work(StepWork::Kind kind);
