@@ -4,6 +4,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "dht/key.hpp"
 #include "gossip/guarded.hpp"
 #include "transport/crypto.hpp"
 
@@ -72,12 +73,56 @@ void CatchUp::on_offers(std::vector<dht::Record> records, Time now) {
                           [&](const auto& f) { return f.second.root == partial_->root; });
   std::vector<StateOffer> offers;
   for (auto& [h, o] : found) offers.push_back(std::move(o));
+  if (opts_.have && plan_deltas(offers, now)) return;
   download_ = std::make_unique<StateDownload>(run_id_, std::move(offers), opts_.sync, now,
                                               std::exchange(partial_, std::nullopt));
 }
 
+bool CatchUp::plan_deltas(const std::vector<StateOffer>& found, Time now) {
+  const auto& best = found.front();
+  if (best.round <= opts_.have->round) return false;
+  std::vector<std::vector<StateOffer>> plan;
+  Digest at = opts_.have->hash;
+  std::uint64_t total = 0;
+  for (std::uint64_t k = opts_.have->round + 1; k <= best.round; ++k) {
+    const auto d = std::find_if(best.deltas.begin(), best.deltas.end(),
+                                [&](const DeltaOffer& x) { return x.round == k && x.from == at; });
+    if (d == best.deltas.end()) return false;
+    std::vector<StateOffer> donors;
+    for (const auto& o : found)
+      if (std::any_of(o.deltas.begin(), o.deltas.end(),
+                      [&](const DeltaOffer& x) { return x.root == d->root; }))
+        donors.push_back({o.donor, o.address, run_id_, k, d->size, d->root, {}});
+    plan.push_back(std::move(donors));
+    at = d->to;
+    total += d->size;
+  }
+  spdlog::info(
+      "state sync: fetching the deltas of rounds {}..{} ({} bytes) from {} instead of "
+      "the state ({} bytes)",
+      opts_.have->round + 1, best.round, total, dht::short_hex(best.donor), best.size);
+  plan_ = std::move(plan);
+  deltas_total_ = total;
+  offer_ = best;
+  std::reverse(plan_.begin(), plan_.end());  // taken from the back
+  next_delta(now);
+  return true;
+}
+
+void CatchUp::next_delta(Time now) {
+  deltas_mode_ = true;
+  download_ = std::make_unique<StateDownload>(run_id_, std::move(plan_.back()), opts_.sync, now);
+  plan_.pop_back();
+}
+
 SyncProgress CatchUp::progress(Time now) const {
-  return download_ ? download_->progress(now) : SyncProgress{};
+  if (!download_) return {};
+  auto p = download_->progress(now);
+  if (deltas_mode_) {
+    p.bytes += bytes_;
+    p.total = deltas_total_;
+  }
+  return p;
 }
 
 std::vector<StateDownload::Request> CatchUp::take_requests() {
@@ -117,10 +162,31 @@ std::optional<Time> CatchUp::next_deadline() const {
 void CatchUp::settle(Time now) {
   if (!download_) return;
   if (download_->status() == OpStatus::running) {
-    if (const auto b = download_->progress(now).bytes; b > progress_bytes_) {
+    if (const auto b = progress(now).bytes; b > progress_bytes_) {
       progress_bytes_ = b;
       last_progress_ = now;
     }
+    return;
+  }
+  if (deltas_mode_) {
+    if (download_->status() == OpStatus::failed) {
+      spdlog::info("state sync: a delta failed ({}); reading the offers again for the whole state",
+                   download_->failure());
+      deltas_mode_ = false;
+      opts_.have.reset();
+      plan_.clear();
+      deltas_.clear();
+      bytes_ = 0;
+      download_.reset();
+      retry_at_ = now + opts_.offers_retry;
+      return;
+    }
+    bytes_ += download_->offer().size;
+    deltas_.push_back(download_->take_blob());
+    download_.reset();
+    if (!plan_.empty()) return next_delta(now);
+    deltas_mode_ = false;
+    status_ = OpStatus::done;
     return;
   }
   if (download_->status() == OpStatus::failed) {
@@ -138,13 +204,14 @@ void CatchUp::settle(Time now) {
   }
   blob_ = download_->take_blob();
   offer_ = download_->offer();
+  bytes_ = offer_.size;
   download_.reset();
   status_ = OpStatus::done;
 }
 
 void CatchUp::fail(std::string why) {
   failure_ = std::move(why);
-  if (download_)
+  if (download_ && !deltas_mode_)
     if (auto p = download_->take_partial()) partial_ = std::move(p);
   download_.reset();
   retry_at_ = Time::max();

@@ -7,8 +7,11 @@
 // When every donor fails, the offers are read again (donors move on to newer states: the one read
 // may be gone), while the sync has verified a chunk, or begun, within `offers_wait`; the verified
 // chunks are kept for the next download of the same snapshot, and for the next attempt when the
-// sync fails. Sans-IO: the DHT is the engine's, the requests go out through the driver, the time
-// comes with every call.
+// sync fails. A member that holds a state (behind its group by a round or two) downloads the
+// newest offer's deltas from its own round instead (gossip/state_delta.hpp), when that offer lists
+// a chain of them starting at its φ's hash, one after another from every donor listing each; a
+// delta that cannot be fetched makes it read the offers again for the whole state. Sans-IO: the DHT
+// is the engine's, the requests go out through the driver, the time comes with every call.
 #pragma once
 
 #include <memory>
@@ -27,6 +30,12 @@ struct CatchUpOptions {
   Time offers_retry{500};
   /// φ's size when known (a state of another size is refused, larger offers never tried).
   std::optional<std::size_t> values;
+  /// The state we hold, when we hold one: deltas from it are fetched instead of a state.
+  struct Held {
+    std::uint64_t round = 0;
+    Digest hash{};
+  };
+  std::optional<Held> have;
 };
 
 class CatchUp {
@@ -43,8 +52,14 @@ class CatchUp {
   /// running until the download is done (take_blob) or failed (failure() says why).
   OpStatus status() const { return status_; }
   const std::string& failure() const { return failure_; }
+  /// Done: the state (nullptr when deltas were fetched instead).
   std::shared_ptr<const StateBlob> take_blob() { return std::move(blob_); }
-  /// The offer whose state was downloaded.
+  /// Done: the deltas that lead from CatchUpOptions::have to offer().round, oldest first (empty
+  /// when the state was fetched).
+  std::vector<std::shared_ptr<const StateBlob>> take_deltas() { return std::move(deltas_); }
+  /// The bytes downloaded (the state's, or the deltas').
+  std::uint64_t bytes() const { return bytes_; }
+  /// The offer whose state (or deltas) was downloaded.
   const StateOffer& offer() const { return offer_; }
   /// After a failure: the chunks verified so far, for the next attempt.
   std::optional<SyncPartial> take_partial() { return std::exchange(partial_, std::nullopt); }
@@ -63,6 +78,10 @@ class CatchUp {
   void on_offers(std::vector<dht::Record> records, Time now);
   void settle(Time now);
   void fail(std::string why);
+  /// The deltas from opts_.have to the newest offer (first in `found`), from every offer listing
+  /// each: true when they chain, and their download has begun.
+  bool plan_deltas(const std::vector<StateOffer>& found, Time now);
+  void next_delta(Time now);
 
   dht::RecordStore& store_;
   std::string run_id_;
@@ -79,6 +98,11 @@ class CatchUp {
   std::string failure_;
   StateOffer offer_;
   std::shared_ptr<const StateBlob> blob_;
+  std::uint64_t bytes_ = 0;
+  std::vector<std::vector<StateOffer>> plan_;  // the deltas still to fetch (their donors' offers)
+  bool deltas_mode_ = false;                   // download_ is of a delta
+  std::uint64_t deltas_total_ = 0;             // the planned deltas' bytes
+  std::vector<std::shared_ptr<const StateBlob>> deltas_;
   std::optional<SyncPartial> partial_;  // until the download starts; again after it failed
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };

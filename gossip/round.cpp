@@ -362,6 +362,11 @@ void RoundEngine::on_op_finished(std::unique_ptr<Protocol> p, Time now) {
   auto w = step_work(StepWork::Kind::diloco_ring);
   w->average_phi = average_phi_;
   w->ring = ar->take_result();
+  if (w->store && server_->keep_deltas() > 0 && !average_phi_) {
+    w->delta_store = opts_.blobs;
+    w->delta_codec = opts_.allreduce.codec;
+    w->delta_from = phi_hash_;
+  }
   finish_round(std::move(r), std::move(w), std::move(members));
 }
 
@@ -381,7 +386,7 @@ void RoundEngine::hand_over(std::shared_ptr<StepWork> w) {
 void RoundEngine::on_step_done(std::uint64_t seq, Time now) {
   if (phase_ != Phase::stepping || seq != step_seq_ || !step_) return;
   const auto w = std::exchange(step_, nullptr);
-  if (w->kind == StepWork::Kind::parse) return synced(w, now);
+  if (w->kind == StepWork::Kind::parse || w->kind == StepWork::Kind::replay) return synced(w, now);
   RoundReport r = std::exchange(step_report_, {});
   state_ = std::move(w->state);
   ++state_gen_;
@@ -394,6 +399,7 @@ void RoundEngine::on_step_done(std::uint64_t seq, Time now) {
   phase_ = Phase::idle;
   idle_at_ = now;
   publish_state(std::move(w->blob));  // (the old snapshot is served until the step is done)
+  serve_delta(std::move(w->delta), w->delta_from);
   r.weights_hash = phi_hash_;
   reports_.push_back(std::move(r));
   if (step_members_.size() > 1) {
@@ -409,55 +415,6 @@ void RoundEngine::publish_self(const char* status) {
   self.status = status;
   if (self.addresses.empty()) self.addresses = addresses_;
   members_.set_self(self);
-}
-
-void RoundEngine::after_state(Time) {
-  phi_hash_ = weights_hash(state_.phi);  // once per new φ: reports, record and checks reuse it
-  std::shared_ptr<const StateBlob> blob;
-  if (opts_.serve_state && server_) {
-    if (auto b = save_state(*opts_.blobs, state_))
-      blob = std::move(*b);
-    else
-      spdlog::warn("cannot keep our state's snapshot (joiners will not get it from us): {}",
-                   b.text());
-  }
-  publish_state(std::move(blob));
-}
-
-void RoundEngine::publish_state(std::shared_ptr<const StateBlob> blob) {
-  publish_self("training");
-  // The snapshot offered now is served until the new one is added (StateServer::add prunes):
-  // a joiner that read its offer finds it while the new one is hashed. (Its blob is a file.)
-  state_blob_ = std::move(blob);
-  snapshot_jobs_.clear();  // (a job not taken yet is of an older state)
-  if (!state_blob_ || !opts_.serve_state || !server_) return;
-  snapshot_jobs_.push_back(
-      {++snapshot_seq_, state_.round, run_id_, state_blob_, opts_.snapshot_chunk});
-}
-
-void RoundEngine::on_snapshot(std::uint64_t seq, std::shared_ptr<const StateSnapshot> snap,
-                              Time now) {
-  if (seq != snapshot_seq_ || !snap || !opts_.serve_state || !server_) return;  // superseded
-  for (auto& gone : server_->add(snap))  // freed by the driver (a large file's blocks)
-    if (retired_.size() < 8) retired_.push_back(std::move(gone));
-  StateOffer o;
-  o.address = addresses_.empty() ? "" : addresses_.front();
-  o.run_id = run_id_;
-  o.round = state_.round;
-  o.size = snap->size();
-  o.root = snap->root();
-  offer_ = o;
-  write_offer(now);
-}
-
-void RoundEngine::write_offer(Time now) {
-  // Rewritten at half its TTL while the snapshot is served: a round may last longer than the TTL
-  // (a large model over a slow line), and a joiner must find an offer all that time.
-  offer_seq_ =
-      std::max(offer_seq_ + 1, static_cast<std::uint64_t>(std::max<std::int64_t>(now.count(), 0)));
-  store_.write(state_key(run_id_), "state", offer_seq_, now + opts_.offer_ttl,
-               encode_offer(*offer_), now);
-  offer_refresh_ = now + opts_.offer_ttl / 2;
 }
 
 void RoundEngine::set_group_wait(Time t) {
@@ -526,142 +483,6 @@ void RoundEngine::request_mode(OuterMode mode, std::optional<std::uint64_t> from
                  else
                    done(r);
                }));
-}
-
-// ---- state sync --------------------------------------------------------------------------------
-
-void RoundEngine::begin_sync(std::uint64_t min_round, bool joining, std::string why, Time now,
-                             std::set<NodeId> donors) {
-  phase_ = Phase::syncing;
-  joining_ = joining;
-  sync_started_ = now;
-  sync_why_ = std::move(why);
-  op_.reset();
-  if (!joining) spdlog::warn("{}; catching up by state sync", sync_why_);
-  if (has_state_) publish_self("syncing");
-  CatchUpOptions o;
-  o.sync = opts_.sync;
-  o.sync.store = opts_.blobs;
-  // A member behind the group waits for the state the group holds after its round: give the
-  // offers of that round as long as two of our rounds take.
-  o.offers_wait = joining ? opts_.offers_wait : std::max(opts_.offers_wait, 2 * round_time_);
-  o.offers_retry = std::clamp(opts_.match.window / 4, Time(100), Time(2000));
-  o.values = has_state_ ? std::optional(state_.phi.size()) : expect_values_;
-  catch_up_.reset();
-  progress_bytes_ = 0;
-  progress_at_ = now;
-  catch_up_ = std::make_unique<CatchUp>(store_, run_id_, min_round, std::move(donors), o, now,
-                                        std::exchange(sync_partial_, std::nullopt));
-}
-
-void RoundEngine::report_progress(Time now) {
-  if (!catch_up_ || now - progress_at_ < Time(1000)) return;
-  const auto p = catch_up_->progress(now);
-  if (p.bytes <= progress_bytes_) return;
-  progress_bytes_ = p.bytes;
-  progress_at_ = now;
-  RoundReport r;
-  r.kind = RoundReport::Kind::sync_progress;
-  r.round = state_.round;
-  r.mode = mode_of(state_.round);
-  r.sync_bytes = p.bytes;
-  r.sync_total = p.total;
-  r.sync_rate = p.rate;
-  r.sync_time = now - sync_started_;
-  reports_.push_back(std::move(r));
-}
-
-std::vector<StateDownload::Request> RoundEngine::take_state_requests() {
-  if (!catch_up_) return {};
-  return catch_up_->take_requests();
-}
-
-void RoundEngine::on_state_response(std::uint64_t id, std::span<const std::uint8_t> body,
-                                    Time now) {
-  if (phase_ != Phase::syncing || !catch_up_) return;
-  catch_up_->on_response(id, body, now);
-  report_progress(now);
-  sync_done(now);
-}
-
-void RoundEngine::on_state_failure(std::uint64_t id, Time now, const std::string& why) {
-  if (phase_ != Phase::syncing || !catch_up_) return;
-  catch_up_->on_failure(id, now, why);
-  sync_done(now);
-}
-
-void RoundEngine::sync_done(Time now) {
-  if (!catch_up_ || catch_up_->status() == OpStatus::running) return;
-  if (catch_up_->status() == OpStatus::failed) return sync_failed(catch_up_->failure(), now);
-  // Parsing, hashing and serialising a large state take seconds: a job for the driver.
-  auto w = std::make_shared<StepWork>();
-  w->kind = StepWork::Kind::parse;
-  w->blob = catch_up_->take_blob();
-  w->max_values = opts_.max_values;
-  w->alloc = opts_.floats;
-  w->want = has_state_ ? std::optional(state_.phi.size()) : expect_values_;
-  if (opts_.serve_state && server_) w->store = opts_.blobs;
-  sync_offer_ = catch_up_->offer();
-  catch_up_.reset();
-  sync_partial_.reset();
-  hand_over(std::move(w));
-}
-
-void RoundEngine::synced(const std::shared_ptr<StepWork>& w, Time now) {
-  if (!w->error.empty()) return sync_failed(w->error, now);
-  const StateOffer offer = sync_offer_;
-  state_ = std::move(w->state);
-  ++state_gen_;
-  has_state_ = true;
-  ++syncs_;
-  // A joiner stays "fresh" until it ends a round; a member that catches up does not become
-  // fresh (when every member had to catch up, nobody would be left to wait for).
-  if (joining_) synced_into_round_ = true;
-  phase_ = Phase::idle;
-  idle_at_ = now;
-  theta_.clear();
-  phi_hash_ = w->hash;
-  publish_state(std::move(w->blob));
-  RoundReport r;
-  r.kind = RoundReport::Kind::synced;
-  r.round = state_.round;
-  r.mode = mode_of(state_.round);
-  r.weights_hash = phi_hash_;
-  r.bytes_received = offer.size;
-  r.sync_time = now - sync_started_;
-  r.note = sync_why_ + ": state of round " + std::to_string(offer.round) + " from " +
-           dht::short_hex(offer.donor);
-  spdlog::info("{}", r.note);
-  reports_.push_back(std::move(r));
-}
-
-void RoundEngine::sync_failed(std::string why, Time now) {
-  // A joiner keeps what it verified for its next attempt; a member that has a state of its own
-  // does not hold a second one.
-  if (catch_up_ && !has_state_) sync_partial_ = catch_up_->take_partial();
-  catch_up_.reset();
-  RoundReport r;
-  r.round = state_.round;
-  r.mode = mode_of(state_.round);
-  r.note = sync_why_ + "; state sync failed: " + why;
-  if (!has_state_) {
-    phase_ = Phase::none;
-    r.kind = RoundReport::Kind::sync_failed;
-    spdlog::warn("{}", r.note);
-    reports_.push_back(std::move(r));
-    return;
-  }
-  // Catching up failed: keep our slow weights (the next round tells again whether we are out of
-  // step) and let the node train on.
-  spdlog::warn("{}; keeping our slow weights", r.note);
-  phase_ = Phase::idle;
-  idle_at_ = now;
-  theta_.clear();
-  r.local_only = true;
-  r.weights_hash = phi_hash_;
-  r.sync_time = now - submitted_;
-  publish_self("training");  // φ is unchanged: its snapshot and offer stand
-  reports_.push_back(std::move(r));
 }
 
 // ---- timers ------------------------------------------------------------------------------------

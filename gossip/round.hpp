@@ -17,11 +17,14 @@
 //     error and counted; a member whose hash is not the group's — a strict majority's, or, once
 //     every member has published, the most common with ties to the lowest — replaces its state
 //     by state sync from a member holding the group's hash instead of its next round), and serves a
-//     snapshot of its state to joiners (gossip/state_sync.hpp), announced by a signed offer record.
+//     snapshot of its state to joiners (gossip/state_sync.hpp), announced by a signed offer record,
+//     and the DiLoCo round's mean Δ as a delta (gossip/state_delta.hpp) listed in that offer.
 // A joiner starts with join(): it reads the offers and downloads the newest state. A DiLoCo member
 // that was left out of a round (too slow for the window, not at the swarm's round, or excluded
 // from the all-reduce) catches up the same way instead of applying a step of its own: its slow
-// weights would otherwise differ from the group's from then on. So that such a download can
+// weights would otherwise differ from the group's from then on. When its φ is the group's of an
+// earlier round, it fetches and replays the group's deltas since (a quarter of the state's bytes
+// each in fp16) instead of the state. So that such a download can
 // ever land on the group's current state, a DiLoCo group waits at its round boundary for live
 // members fetching the state (RoundOptions::sync_wait), then for their inner phase.
 //
@@ -167,7 +170,8 @@ class RoundEngine {
   /// Downloading a state, or parsing the one downloaded (a StepJob).
   bool syncing() const {
     return phase_ == Phase::syncing ||
-           (phase_ == Phase::stepping && step_ && step_->kind == StepWork::Kind::parse);
+           (phase_ == Phase::stepping && step_ &&
+            (step_->kind == StepWork::Kind::parse || step_->kind == StepWork::Kind::replay));
   }
   /// θ after the inner steps (φ's size). Only when idle() (the driver's contract: dropped with an
   /// error line otherwise).
@@ -332,7 +336,14 @@ class RoundEngine {
   Digest phi_hash_{};  // BLAKE2b-256 of state_.phi (reports, records and checks reuse it)
   std::vector<SnapshotJob> snapshot_jobs_;
   std::shared_ptr<const StateBlob> state_blob_;  // state_ in its binary form
-  std::uint64_t snapshot_seq_ = 0;               // of the latest job: the one that matches state_
+  std::uint64_t snapshot_seq_ = 0;               // of the latest job
+  std::uint64_t state_job_ = 0;                  // the job of state_'s snapshot
+  /// The round's mean Δ kept as a delta (`blob`, of the step from φ of hash `from`): a snapshot
+  /// job, served and listed in the offer once built.
+  void serve_delta(std::shared_ptr<const StateBlob> blob, const Digest& from);
+  std::map<std::uint64_t, DeltaOffer> delta_jobs_;  // by job: the delta (root and size to come)
+  std::vector<DeltaOffer> deltas_;                  // served, oldest first
+  std::vector<DeltaOffer> deltas_up_to(std::uint64_t round) const;
   std::vector<StepJob> step_jobs_;
   std::uint64_t step_seq_ = 0;
   std::shared_ptr<StepWork> step_;  // while stepping: the job's work, its report and group
@@ -366,7 +377,13 @@ class RoundEngine {
   std::optional<std::size_t> expect_values_;
   Time sync_started_{0};
   std::string sync_why_;
-  StateOffer sync_offer_;  // of the state being parsed
+  StateOffer sync_offer_;         // of the state being parsed
+  std::uint64_t sync_bytes_ = 0;  // downloaded for it (the state, or deltas)
+  bool full_sync_only_ = false;   // deltas did not replay: the next sync takes the whole state
+  /// A sync ended while the group had moved on: its report, held until the catch-up that
+  /// follows it at once ends (chained_ times so far).
+  std::optional<RoundReport> pending_synced_;
+  int chained_ = 0;
   std::uint64_t offer_seq_ = 0;
   std::optional<StateOffer> offer_;  // of the snapshot served now
   Time offer_refresh_{Time::max()};

@@ -26,11 +26,19 @@ constexpr auto manifest_schema(std::size_t max_chunks) {
       sc::field("chunks", &StateManifest::chunks, sc::List<sc::Bin>{max_chunks, sc::Bin{32}}));
 }
 constexpr auto kOfferSchema = sc::record<StateOffer>(
-    "state offer", 1, sc::field("address", &StateOffer::address, sc::Str{256}),
+    "state offer", 2, sc::field("address", &StateOffer::address, sc::Str{256}),
     sc::field("run", &StateOffer::run_id, sc::Str{64, 1}),
     sc::field("round", &StateOffer::round, sc::Uint{}),
     sc::field("size", &StateOffer::size, sc::Uint{}),
-    sc::field("root", &StateOffer::root, sc::Bin{32}));
+    sc::field("root", &StateOffer::root, sc::Bin{32}),
+    sc::field("deltas", &StateOffer::deltas,
+              sc::list(kMaxOfferDeltas,
+                       sc::row<DeltaOffer>("state delta",
+                                           sc::field("round", &DeltaOffer::round, sc::Uint{}),
+                                           sc::field("size", &DeltaOffer::size, sc::Uint{}),
+                                           sc::field("root", &DeltaOffer::root, sc::Bin{32}),
+                                           sc::field("from", &DeltaOffer::from, sc::Bin{32}),
+                                           sc::field("to", &DeltaOffer::to, sc::Bin{32})))));
 constexpr auto kRequestSchema = sc::record<StateRequest>(
     "state request", 1, sc::field("root", &StateRequest::root, sc::Bin{32}),
     sc::field("index", &StateRequest::index, sc::Maybe<sc::Uint>{}));
@@ -145,6 +153,18 @@ std::vector<std::shared_ptr<const StateSnapshot>> StateServer::add(
   return dropped;
 }
 
+std::vector<std::shared_ptr<const StateSnapshot>> StateServer::add_delta(
+    std::shared_ptr<const StateSnapshot> s) {
+  std::lock_guard lock(mu_);
+  std::vector<std::shared_ptr<const StateSnapshot>> dropped;
+  deltas_.push_back({std::move(s)});
+  while (deltas_.size() > keep_deltas_) {
+    dropped.push_back(deltas_.front().snap);
+    deltas_.erase(deltas_.begin());
+  }
+  return dropped;
+}
+
 std::shared_ptr<const StateSnapshot> StateServer::latest() const {
   std::lock_guard lock(mu_);
   return snaps_.empty() ? nullptr : snaps_.back().snap;
@@ -157,12 +177,12 @@ transport::Result<std::vector<std::uint8_t>> StateServer::answer(
   std::shared_ptr<const StateSnapshot> s;
   {
     std::lock_guard lock(mu_);
-    for (const auto& h : snaps_)
-      if (h.snap->root() == r->root) {
-        h.asked = true;
-        s = h.snap;
-        break;
-      }
+    for (const auto* held : {&snaps_, &deltas_})
+      for (const auto& h : *held)
+        if (h.snap->root() == r->root) {
+          h.asked = true;
+          s = h.snap;
+        }
   }
   if (!s) return errc::rejected;  // not (or no longer) held
   if (!r->index) return s->manifest_bytes();

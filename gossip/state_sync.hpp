@@ -51,6 +51,17 @@ transport::Result<StateManifest> decode_manifest(std::span<const std::uint8_t> b
                                                  std::size_t max_chunks);
 Digest manifest_root(std::span<const std::uint8_t> manifest_bytes);
 
+/// A delta a donor serves next to its state (gossip/state_delta.hpp): the mean Δ of the DiLoCo
+/// round that led to state round `round`, a snapshot of its own.
+struct DeltaOffer {
+  std::uint64_t round = 0;
+  std::uint64_t size = 0;
+  Digest root{};        ///< its snapshot's root
+  Digest from{}, to{};  ///< φ's hash before and after it
+  friend bool operator==(const DeltaOffer&, const DeltaOffer&) = default;
+};
+inline constexpr std::size_t kMaxOfferDeltas = 4;
+
 /// What a donor announces (the value of its signed "state" record).
 struct StateOffer {
   NodeId donor{};  ///< the record's owner
@@ -59,6 +70,8 @@ struct StateOffer {
   std::uint64_t round = 0;
   std::uint64_t size = 0;
   Digest root{};
+  /// The deltas it serves, oldest first (at most kMaxOfferDeltas; rounds up to `round`).
+  std::vector<DeltaOffer> deltas;
   friend bool operator==(const StateOffer&, const StateOffer&) = default;
 };
 std::vector<std::uint8_t> encode_offer(const StateOffer& o);
@@ -107,15 +120,21 @@ class StateSnapshot {
 /// holds one state's snapshot, except while a joiner downloads one that a newer round has
 /// superseded; the snapshot offered stays until the next is added (a joiner that read its offer
 /// finds it).
+/// Deltas (gossip/state_delta.hpp) are held apart: the latest `keep_deltas`, whatever their size.
 /// Thread-safe: the round engine adds snapshots on its strand while the transport answers on
 /// the host's.
 class StateServer {
  public:
-  explicit StateServer(std::size_t keep = 2, std::uint64_t budget = std::uint64_t{64} << 20)
-      : keep_(keep), budget_(budget) {}
+  explicit StateServer(std::size_t keep = 2, std::uint64_t budget = std::uint64_t{64} << 20,
+                       std::size_t keep_deltas = 2)
+      : keep_(keep), keep_deltas_(keep_deltas), budget_(budget) {}
   /// Returns the snapshots no longer served: the caller drops them where freeing a large file
   /// holds up nothing (the node: off the DHT strand).
   std::vector<std::shared_ptr<const StateSnapshot>> add(std::shared_ptr<const StateSnapshot> s);
+  /// A delta's snapshot; returns those no longer served (as add()).
+  std::vector<std::shared_ptr<const StateSnapshot>> add_delta(
+      std::shared_ptr<const StateSnapshot> s);
+  std::size_t keep_deltas() const { return keep_deltas_; }
   std::shared_ptr<const StateSnapshot> latest() const;
   /// The response body, or an error: malformed request, or errc::rejected for a snapshot or
   /// chunk we do not hold (any more).
@@ -127,10 +146,11 @@ class StateServer {
     mutable bool asked = false;  // since the last add()
   };
   std::vector<std::shared_ptr<const StateSnapshot>> prune(std::uint64_t held, std::size_t room);
-  std::size_t keep_;
+  std::size_t keep_, keep_deltas_;
   std::uint64_t budget_;
   mutable std::mutex mu_;
-  std::vector<Held> snaps_;  // oldest first
+  std::vector<Held> snaps_;   // oldest first
+  std::vector<Held> deltas_;  // oldest first
 };
 
 struct StateSyncOptions {

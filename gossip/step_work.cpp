@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "gossip/state_delta.hpp"
 #include "transport/crypto.hpp"
 
 namespace grove::gossip {
@@ -132,6 +133,14 @@ void StepWork::run() {
       // The result is mean Δ, or mean φ ‖ mean Δ (members entered from NoLoCo: one φ, one
       // momentum (zero) and one round for the group).
       const std::size_t d = average_phi ? n : 0;
+      // Mean Δ alone is also kept as the round's delta (a member behind replays it).
+      std::optional<DeltaWriter> out;
+      if (delta_store && !average_phi) {
+        if (auto w = DeltaWriter::create(*delta_store, delta_codec, n))
+          out.emplace(std::move(*w));
+        else
+          spdlog::warn("cannot keep the delta of round {}: {}", state.round, w.text());
+      }
       optim::by_fragments(n,
                           [&](std::size_t lo, std::size_t hi) {
                             if (average_phi) {
@@ -139,16 +148,40 @@ void StepWork::run() {
                               std::fill(m.begin() + lo, m.begin() + hi, 0.0f);
                               ring.release(lo, hi);
                             }
+                            if (out)
+                              if (auto r = out->write(lo, part(ring, d + lo, d + hi)); !r) {
+                                spdlog::warn("cannot keep the delta of round {}: {}", state.round,
+                                             r.text());
+                                out.reset();
+                              }
                             optim::diloco_step(part(phi, lo, hi), part(m, lo, hi),
                                                part(ring, d + lo, d + hi), diloco, threads);
                             ring.release(d + lo, d + hi);
                           },
                           {&phi, &m});
+      if (out) {
+        hash = weights_hash(phi);
+        if (auto b = out->seal(state.round, delta_from, hash))
+          delta = std::move(*b);
+        else
+          spdlog::warn("cannot keep the delta of round {}: {}", state.round, b.text());
+      }
       break;
     }
+    case Kind::replay:
+      for (const auto& b : deltas) {
+        const auto before = state.round;
+        if (auto r = replay_delta(*b, state, hash, diloco, threads); !r) {
+          error =
+              "the delta of round " + std::to_string(before + 1) + " does not replay: " + r.text();
+          blob = nullptr;
+          return;
+        }
+      }
+      break;
   }
   phi_mean = {};
-  hash = weights_hash(phi);
+  if (!(kind == Kind::replay || (kind == Kind::diloco_ring && delta))) hash = weights_hash(phi);
   if (!store) {
     blob = nullptr;
     return;

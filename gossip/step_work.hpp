@@ -14,6 +14,7 @@
 #include "gossip/mode.hpp"
 #include "gossip/protocol.hpp"
 #include "gossip/state_blob.hpp"
+#include "gossip/wire.hpp"
 #include "optim/outer.hpp"
 
 namespace grove::gossip {
@@ -42,6 +43,7 @@ struct StepWork {
     noloco_mean,  ///< NoLoCo with the exchange's mean: of θ (β = γ), or of Δ and of φ
     diloco_ring,  ///< DiLoCo with the all-reduce's mean Δ (or mean φ ‖ mean Δ)
     parse,        ///< a downloaded state: `blob` parsed into `state` (no step)
+    replay,       ///< downloaded deltas applied to `state` (gossip/state_delta.hpp)
   } kind = Kind::none;
   optim::OuterState state;  ///< in: φ, momentum, the round after the step; out: the new state
   OuterMode mode = OuterMode::noloco;
@@ -56,7 +58,16 @@ struct StepWork {
   std::size_t max_values = 0;             ///< parse: optim::deserialize's bound
   optim::FloatAllocator alloc;            ///< parse: where the state's arrays go (none: the heap)
   std::optional<std::size_t> want;        ///< parse: φ's size when known
-  std::string error;                      ///< parse: why the state was refused (out)
+  std::string error;                      ///< parse, replay: why the state was refused (out)
+  /// diloco_ring (mean Δ only): where the round's mean Δ is kept as a delta, in `delta_codec`
+  /// (delta_codec'ed), with φ's hash before the step (`delta_from`); nullptr: none is kept.
+  std::shared_ptr<BlobStore> delta_store;
+  WireCodec delta_codec = WireCodec::fp16;
+  Digest delta_from{};
+  std::shared_ptr<const StateBlob> delta;  ///< diloco_ring: the delta kept (out; nullptr: none)
+  /// replay: the deltas, oldest first, applied with `diloco`; `hash` is φ's hash before them
+  /// (in). On an error `state` may have been changed part way (`hash` is then its hash).
+  std::vector<std::shared_ptr<const StateBlob>> deltas;
   /// Where the new state's binary form goes (`blob`); nullptr: none is made (the engine serves
   /// no snapshots).
   std::shared_ptr<BlobStore> store;

@@ -13,7 +13,9 @@
 //   - selector bit 3 set: the bytes go to the DHT-record and state-sync decoders instead
 //     (decode_ready, dht's decode_member, decode_progress, decode_mode, decode_offer,
 //     decode_state_request, decode_manifest, StateServer::answer and a StateDownload's response
-//     handler); what they accept re-encodes to the same value.
+//     handler); what they accept re-encodes to the same value. The bytes are also read as a
+//     state delta (read_delta_header, and replay_delta onto a small state from the delta's own
+//     `from`): what it applies leaves φ finite.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -26,7 +28,9 @@
 #include "gossip/matchmaking.hpp"
 #include "gossip/mode.hpp"
 #include "gossip/progress.hpp"
+#include "gossip/state_delta.hpp"
 #include "gossip/state_sync.hpp"
+#include "gossip/step_work.hpp"
 #include "tests/fuzz/gossip_fuzz.hpp"
 
 namespace {
@@ -117,12 +121,14 @@ void records(std::span<const std::uint8_t> bytes) {
   (void)server->answer(bytes);
   // A download fed the input as the donor's first answer (the manifest) and as a chunk.
   auto snap = server->latest();
-  gossip::StateDownload d("fuzz", {{peer(0), "a:1", "fuzz", 1, 1000, snap->root()}}, {}, Time(0));
+  gossip::StateDownload d("fuzz", {{peer(0), "a:1", "fuzz", 1, 1000, snap->root(), {}}}, {},
+                          Time(0));
   auto reqs = d.take_requests();
   check(reqs.size() == 1);
   d.on_response(reqs[0].id, bytes, Time(1));
   check(d.status() != gossip::OpStatus::done);  // only the real manifest hashes to the root
-  gossip::StateDownload d2("fuzz", {{peer(0), "a:1", "fuzz", 1, 1000, snap->root()}}, {}, Time(0));
+  gossip::StateDownload d2("fuzz", {{peer(0), "a:1", "fuzz", 1, 1000, snap->root(), {}}}, {},
+                           Time(0));
   auto r2 = d2.take_requests();
   d2.on_response(r2[0].id, snap->manifest_bytes(), Time(1));
   for (auto& r : d2.take_requests()) d2.on_response(r.id, bytes, Time(2));
@@ -130,6 +136,17 @@ void records(std::span<const std::uint8_t> bytes) {
     auto blob = d2.take_blob();
     std::vector<std::uint8_t> got(blob ? blob->size() : 0);
     check(blob && blob->read(0, got) && got == std::vector<std::uint8_t>(1000, 7));
+  }
+  const auto delta = gossip::memory_blob({bytes.begin(), bytes.end()});
+  if (auto h = gossip::read_delta_header(*delta); h && h->values <= 4096) {
+    optim::OuterState st;
+    st.round = h->round - 1;
+    st.phi = std::vector<float>(h->values, 0.5f);
+    st.momentum = std::vector<float>(h->values, 0.0f);
+    gossip::Digest at = h->from;  // (the fuzzer cannot make a real hash: start from the delta's)
+    const auto r = gossip::replay_delta(*delta, st, at, {});
+    check(optim::all_finite(st.phi) && optim::all_finite(st.momentum));
+    if (r) check(st.round == h->round && at == h->to);
   }
 }
 

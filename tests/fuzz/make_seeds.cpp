@@ -39,6 +39,7 @@
 #include "gossip/exchange.hpp"
 #include "gossip/matchmaking.hpp"
 #include "gossip/progress.hpp"
+#include "gossip/state_delta.hpp"
 #include "gossip/state_sync.hpp"
 #include "node/checkpoint.hpp"
 #include "node/config.hpp"
@@ -596,7 +597,8 @@ void gossip_seeds(const fs::path& dir) {
   put_rec("ready",
           g::encode_ready({{}, {"127.0.0.1:4000"}, "fuzz", 3, 99, true, false, {}, 4, true, true}));
   const g::StateSnapshot snap("fuzz", 1, std::vector<std::uint8_t>(1000, 7), 256);
-  put_rec("offer", g::encode_offer({{}, "a:1", "fuzz", 1, 1000, snap.root()}));
+  put_rec("offer", g::encode_offer(
+                       {{}, "a:1", "fuzz", 1, 1000, snap.root(), {{1, 400, snap.root(), {}, {}}}}));
   put_rec("state-request", g::encode_state_request({snap.root(), 2}));
   put_rec("manifest", snap.manifest_bytes());
   grove::dht::MemberInfo member;
@@ -607,6 +609,17 @@ void gossip_seeds(const fs::path& dir) {
   member.reach = grove::transport::Reachability::reachable;
   put_rec("member", grove::dht::encode_member(member));
   put_rec("progress", g::encode_progress({7, snap.root()}));
+  {  // a real delta of 300 values (fp16), as a member keeps a DiLoCo round's mean Δ
+    auto store = g::memory_blob_store();
+    auto w = g::DeltaWriter::create(*store, g::WireCodec::fp16, 300).value();
+    std::vector<float> d(300);
+    for (std::size_t i = 0; i < d.size(); ++i) d[i] = 0.0625f * static_cast<float>(i % 7) - 0.125f;
+    (void)w.write(0, d);
+    auto blob = w.seal(2, snap.root(), snap.root()).value();
+    std::vector<std::uint8_t> bytes(blob->size());
+    (void)blob->read(0, bytes);
+    put_rec("delta", bytes);
+  }
   auto bad = g::encode_message(h, 10);
   bad.data()[3] = 0xff;
   put("bad-version", 0, bad.span());

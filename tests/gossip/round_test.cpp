@@ -12,6 +12,7 @@
 #include <set>
 
 #include "gossip/progress.hpp"
+#include "gossip/state_delta.hpp"
 #include "sim/swarm.hpp"
 
 namespace grove::gossip {
@@ -298,6 +299,64 @@ TEST(RoundEngine, DiLoCoStragglerIsLeftOutAndCatchesUp) {
   }
   EXPECT_GE(s.engine(slow).syncs(), 3u);  // caught up by state sync instead of stalling
   expect_identical_per_round(s, 15);
+}
+
+// A member one or two rounds behind its group holds the group's φ of an earlier round: it
+// replays the group's deltas (mean Δ in fp16, a quarter of the state's bytes) instead of
+// downloading the state, and ends with the same bits as the others.
+TEST(RoundEngine, DiLoCoMemberBehindReplaysTheGroupsDeltasInsteadOfTheState) {
+  Swarm s(16, fast_options(OuterMode::diloco));
+  grow(s, 4, {ms(3000), {}});
+  const std::size_t slow = s.join(0, {ms(9000), {}});
+  s.run_for(ms(150'000));
+  const std::uint64_t state_bytes = optim::serialized_size(s.engine(0).state());
+  std::size_t replays = 0, full = 0;
+  for (const auto& r : s.reports(slow)) {
+    if (r.kind != RoundReport::Kind::synced) continue;
+    if (r.note.find("replayed the deltas") != std::string::npos) {
+      ++replays;
+      // One or two rounds behind: one or two deltas, each a quarter of the state (and a header).
+      EXPECT_LE(r.bytes_received, 2 * delta_size(WireCodec::fp16, s.engine(0).state().phi.size()))
+          << r.note;
+      EXPECT_LT(r.bytes_received, state_bytes) << r.note;
+    } else {
+      ++full;
+    }
+  }
+  EXPECT_GE(replays, 2u) << full << " whole-state syncs";
+  EXPECT_GE(full, 1u);  // its join
+  expect_identical_per_round(s, 15);
+}
+
+// A joiner that starts its download just before the group's boundary (the group has not seen
+// its record yet: it ends that round without waiting) lands a round behind: it fetches the
+// group's delta since at once, before training an inner phase on the old φ, its join reports
+// both downloads, and the group (which now sees it syncing) takes it into the next rounds.
+TEST(RoundEngine, DiLoCoJoinerThatLandsBehindFetchesTheDeltasAtOnce) {
+  auto o = fast_options(OuterMode::diloco);
+  o.stands_for = std::size_t{1} << 20;  // an 8 MiB state: 4 s from two donors at 1 MB/s
+  o.gossip_link.bytes_per_ms = 1000;
+  Swarm s(31, o);
+  grow(s, 2, {ms(3000), {}});
+  s.run_for(ms(44'000));  // (at 40-42 s the group sees the joiner in time and waits)
+  const std::size_t j = s.join(0, {ms(3000), {}});
+  const auto joined = [&]() -> const RoundReport* {
+    for (const auto& r : s.reports(j))
+      if (r.kind == RoundReport::Kind::synced) return &r;
+    return nullptr;
+  };
+  ASSERT_TRUE(s.run_until([&] { return joined() != nullptr; }, ms(300'000)));
+  const RoundReport r = *joined();
+  EXPECT_NE(r.note.find("; then "), std::string::npos) << r.note;
+  EXPECT_NE(r.note.find("replayed the deltas"), std::string::npos) << r.note;
+  const std::uint64_t state_bytes = optim::serialized_size(s.engine(0).state());
+  EXPECT_GT(r.bytes_received, state_bytes);  // the state, then the deltas
+  s.run_for(ms(60'000));
+  std::size_t averaged = 0;
+  for (const auto& x : s.reports(j))
+    averaged += x.kind == RoundReport::Kind::round && !x.local_only;
+  EXPECT_GE(averaged, 3u);
+  expect_identical_per_round(s, 4);
 }
 
 // Two DiLoCo members whose rounds end in different windows (and no patience to bridge them): the

@@ -34,9 +34,13 @@ std::vector<std::uint8_t> bytes_of(StateDownload& d) {
 }
 
 StateOffer offer_of(const StateSnapshot& s, int donor) {
-  return {donor_id(donor), "127.0.0.1:" + std::to_string(4000 + donor),
-          "run-s",         s.round(),
-          s.size(),        s.root()};
+  return {donor_id(donor),
+          "127.0.0.1:" + std::to_string(4000 + donor),
+          "run-s",
+          s.round(),
+          s.size(),
+          s.root(),
+          {}};
 }
 
 // Answers a download's requests. `hook(donor, request index, body)` may change an answer
@@ -334,7 +338,7 @@ TEST(StateSync, ServerKeepsTheLatestSnapshotsAndCodecsAreBounded) {
   EXPECT_FALSE(decode_manifest(bytes, 2));  // more chunks than the bound
   for (std::size_t n = 0; n < bytes.size(); ++n)
     EXPECT_FALSE(decode_manifest(std::span(bytes).first(n), 16));
-  StateOffer o{donor_id(0), "a:1", "run-s", 4, 1000, s[2]->root()};
+  StateOffer o{donor_id(0), "a:1", "run-s", 4, 1000, s[2]->root(), {}};
   auto back = decode_offer(encode_offer(o));
   ASSERT_TRUE(back);
   back->donor = o.donor;  // the owner is not encoded (the record's signature proves it)

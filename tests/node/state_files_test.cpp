@@ -127,7 +127,7 @@ TEST(StateFiles, AStateIsServedDownloadedAndCheckpointedWithoutModelSizedMemory)
   server.add(*snap);
   gossip::StateSyncOptions o;
   o.store = store;
-  gossip::StateOffer offer{{}, "donor", "run-f", 9, size, (*snap)->root()};
+  gossip::StateOffer offer{{}, "donor", "run-f", 9, size, (*snap)->root(), {}};
   offer.donor[0] = 1;
   gossip::StateDownload download("run-f", {offer}, o, dht::Time(0));
   for (int guard = 0; guard < 10000 && download.status() == gossip::OpStatus::running; ++guard) {

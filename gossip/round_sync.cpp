@@ -1,0 +1,297 @@
+// The round engine's state: the snapshots and deltas it serves and offers, and its state syncs
+// (a join, a catch-up by the whole state or by deltas). The rest of the engine is in round.cpp.
+#include "gossip/round.hpp"
+
+#include <algorithm>
+
+#include <spdlog/spdlog.h>
+
+#include "dht/key.hpp"
+
+namespace grove::gossip {
+
+// ---- serving ------------------------------------------------------------------------------------
+
+void RoundEngine::after_state(Time) {
+  phi_hash_ = weights_hash(state_.phi);  // once per new φ: reports, record and checks reuse it
+  std::shared_ptr<const StateBlob> blob;
+  if (opts_.serve_state && server_) {
+    if (auto b = save_state(*opts_.blobs, state_))
+      blob = std::move(*b);
+    else
+      spdlog::warn("cannot keep our state's snapshot (joiners will not get it from us): {}",
+                   b.text());
+  }
+  publish_state(std::move(blob));
+}
+
+void RoundEngine::publish_state(std::shared_ptr<const StateBlob> blob) {
+  publish_self("training");
+  // The snapshot offered now is served until the new one is added (StateServer::add prunes):
+  // a joiner that read its offer finds it while the new one is hashed. (Its blob is a file.)
+  state_blob_ = std::move(blob);
+  snapshot_jobs_.clear();  // (a job not taken yet is of an older state)
+  if (!state_blob_ || !opts_.serve_state || !server_) return;
+  state_job_ = ++snapshot_seq_;
+  snapshot_jobs_.push_back({state_job_, state_.round, run_id_, state_blob_, opts_.snapshot_chunk});
+}
+
+void RoundEngine::serve_delta(std::shared_ptr<const StateBlob> blob, const Digest& from) {
+  if (!blob || !opts_.serve_state || !server_) return;
+  const auto seq = ++snapshot_seq_;
+  delta_jobs_[seq] = {state_.round, blob->size(), {}, from, phi_hash_};
+  while (delta_jobs_.size() > 4) delta_jobs_.erase(delta_jobs_.begin());
+  // Before the state's snapshot (a quarter of its size): the state's offer then lists it, and a
+  // member behind that reads that offer finds the delta it needs.
+  snapshot_jobs_.insert(snapshot_jobs_.begin(),
+                        {seq, state_.round, run_id_, std::move(blob), opts_.snapshot_chunk});
+}
+
+void RoundEngine::on_snapshot(std::uint64_t seq, std::shared_ptr<const StateSnapshot> snap,
+                              Time now) {
+  const auto retire = [&](std::vector<std::shared_ptr<const StateSnapshot>> gone) {
+    for (auto& g : gone)  // freed by the driver (a large file's blocks)
+      if (retired_.size() < 8) retired_.push_back(std::move(g));
+  };
+  if (auto it = delta_jobs_.find(seq); it != delta_jobs_.end()) {
+    auto d = it->second;
+    delta_jobs_.erase(it);
+    if (!snap || !opts_.serve_state || !server_) return;
+    d.root = snap->root();
+    d.size = snap->size();
+    retire(server_->add_delta(std::move(snap)));
+    deltas_.push_back(d);
+    while (deltas_.size() > std::min(server_->keep_deltas(), kMaxOfferDeltas))
+      deltas_.erase(deltas_.begin());
+    if (offer_ && offer_->round >= d.round) {
+      offer_->deltas = deltas_up_to(offer_->round);
+      write_offer(now);
+    }
+    return;
+  }
+  if (seq != state_job_ || !snap || !opts_.serve_state || !server_) return;  // superseded
+  retire(server_->add(snap));
+  StateOffer o;
+  o.address = addresses_.empty() ? "" : addresses_.front();
+  o.run_id = run_id_;
+  o.round = state_.round;
+  o.size = snap->size();
+  o.root = snap->root();
+  o.deltas = deltas_up_to(o.round);
+  offer_ = o;
+  write_offer(now);
+}
+
+std::vector<DeltaOffer> RoundEngine::deltas_up_to(std::uint64_t round) const {
+  std::vector<DeltaOffer> v;
+  for (const auto& d : deltas_)
+    if (d.round <= round) v.push_back(d);
+  return v;
+}
+
+void RoundEngine::write_offer(Time now) {
+  // Rewritten at half its TTL while the snapshot is served: a round may last longer than the TTL
+  // (a large model over a slow line), and a joiner must find an offer all that time.
+  offer_seq_ =
+      std::max(offer_seq_ + 1, static_cast<std::uint64_t>(std::max<std::int64_t>(now.count(), 0)));
+  store_.write(state_key(run_id_), "state", offer_seq_, now + opts_.offer_ttl,
+               encode_offer(*offer_), now);
+  offer_refresh_ = now + opts_.offer_ttl / 2;
+}
+
+// ---- state sync --------------------------------------------------------------------------------
+
+void RoundEngine::begin_sync(std::uint64_t min_round, bool joining, std::string why, Time now,
+                             std::set<NodeId> donors) {
+  phase_ = Phase::syncing;
+  joining_ = joining;
+  sync_started_ = now;
+  sync_why_ = std::move(why);
+  op_.reset();
+  if (!joining) spdlog::warn("{}; catching up by state sync", sync_why_);
+  if (has_state_) publish_self("syncing");
+  CatchUpOptions o;
+  o.sync = opts_.sync;
+  o.sync.store = opts_.blobs;
+  // A member behind the group waits for the state the group holds after its round: give the
+  // offers of that round as long as two of our rounds take.
+  o.offers_wait = joining ? opts_.offers_wait : std::max(opts_.offers_wait, 2 * round_time_);
+  o.offers_retry = std::clamp(opts_.match.window / 4, Time(100), Time(2000));
+  o.values = has_state_ ? std::optional(state_.phi.size()) : expect_values_;
+  // A member whose φ is the group's of an earlier round replays the group's deltas instead.
+  if (has_state_ && !full_sync_only_) o.have = CatchUpOptions::Held{state_.round, phi_hash_};
+  catch_up_.reset();
+  progress_bytes_ = 0;
+  progress_at_ = now;
+  catch_up_ = std::make_unique<CatchUp>(store_, run_id_, min_round, std::move(donors), o, now,
+                                        std::exchange(sync_partial_, std::nullopt));
+}
+
+void RoundEngine::report_progress(Time now) {
+  if (!catch_up_ || now - progress_at_ < Time(1000)) return;
+  const auto p = catch_up_->progress(now);
+  if (p.bytes <= progress_bytes_) return;
+  progress_bytes_ = p.bytes;
+  progress_at_ = now;
+  RoundReport r;
+  r.kind = RoundReport::Kind::sync_progress;
+  r.round = state_.round;
+  r.mode = mode_of(state_.round);
+  r.sync_bytes = p.bytes;
+  r.sync_total = p.total;
+  r.sync_rate = p.rate;
+  r.sync_time = now - sync_started_;
+  reports_.push_back(std::move(r));
+}
+
+std::vector<StateDownload::Request> RoundEngine::take_state_requests() {
+  if (!catch_up_) return {};
+  return catch_up_->take_requests();
+}
+
+void RoundEngine::on_state_response(std::uint64_t id, std::span<const std::uint8_t> body,
+                                    Time now) {
+  if (phase_ != Phase::syncing || !catch_up_) return;
+  catch_up_->on_response(id, body, now);
+  report_progress(now);
+  sync_done(now);
+}
+
+void RoundEngine::on_state_failure(std::uint64_t id, Time now, const std::string& why) {
+  if (phase_ != Phase::syncing || !catch_up_) return;
+  catch_up_->on_failure(id, now, why);
+  sync_done(now);
+}
+
+void RoundEngine::sync_done(Time now) {
+  if (!catch_up_ || catch_up_->status() == OpStatus::running) return;
+  if (catch_up_->status() == OpStatus::failed) return sync_failed(catch_up_->failure(), now);
+  // Parsing (or replaying deltas), hashing and serialising a large state take seconds: a job for
+  // the driver.
+  auto w = std::make_shared<StepWork>();
+  w->kind = StepWork::Kind::parse;
+  w->blob = catch_up_->take_blob();
+  w->deltas = catch_up_->take_deltas();
+  sync_bytes_ = catch_up_->bytes();
+  if (!w->deltas.empty()) {
+    // φ and the momentum move into the job (as for a step): state() holds the round meanwhile.
+    w->kind = StepWork::Kind::replay;
+    w->state = std::move(state_);
+    state_ = {};
+    state_.round = w->state.round;
+    ++state_gen_;
+    w->hash = phi_hash_;
+    w->diloco = opts_.diloco;
+    w->threads = opts_.threads;
+  }
+  w->max_values = opts_.max_values;
+  w->alloc = opts_.floats;
+  w->want = has_state_ ? std::optional(state_.phi.size()) : expect_values_;
+  if (opts_.serve_state && server_) w->store = opts_.blobs;
+  sync_offer_ = catch_up_->offer();
+  catch_up_.reset();
+  sync_partial_.reset();
+  hand_over(std::move(w));
+}
+
+void RoundEngine::synced(const std::shared_ptr<StepWork>& w, Time now) {
+  const bool replayed = w->kind == StepWork::Kind::replay;
+  if (replayed && !w->error.empty()) {
+    // Our state, as far as the replay took it: the whole state of the offer's round replaces it.
+    state_ = std::move(w->state);
+    ++state_gen_;
+    phi_hash_ = w->hash;
+    full_sync_only_ = true;
+    const Time started = sync_started_;
+    begin_sync(sync_offer_.round, joining_, sync_why_ + "; " + w->error, now);
+    sync_started_ = started;
+    return;
+  }
+  full_sync_only_ = false;
+  if (!w->error.empty()) return sync_failed(w->error, now);
+  const StateOffer offer = sync_offer_;
+  state_ = std::move(w->state);
+  ++state_gen_;
+  has_state_ = true;
+  ++syncs_;
+  // A joiner stays "fresh" until it ends a round; a member that catches up does not become
+  // fresh (when every member had to catch up, nobody would be left to wait for).
+  if (joining_) synced_into_round_ = true;
+  phase_ = Phase::idle;
+  idle_at_ = now;
+  theta_.clear();
+  phi_hash_ = w->hash;
+  publish_state(std::move(w->blob));
+  RoundReport r;
+  r.kind = RoundReport::Kind::synced;
+  r.round = state_.round;
+  r.mode = mode_of(state_.round);
+  r.weights_hash = phi_hash_;
+  r.bytes_received = sync_bytes_;
+  r.sync_time = now - sync_started_;
+  r.note = sync_why_ + (replayed ? ": replayed the deltas up to round " : ": state of round ") +
+           std::to_string(offer.round) + " from " + dht::short_hex(offer.donor) + " (" +
+           std::to_string(sync_bytes_) + " bytes)";
+  spdlog::info("{}", r.note);
+  if (pending_synced_) {  // the sync before this one, in the same report
+    r.bytes_received += pending_synced_->bytes_received;
+    r.note = std::exchange(pending_synced_, std::nullopt)->note + "; then " + r.note;
+  }
+  // A DiLoCo group that moved on while we downloaded its state would leave us a round behind:
+  // its deltas since are fetched at once, before an inner phase is trained on the old φ (which
+  // would be lost). (A few times at most: a delta takes a fraction of a round.)
+  if (mode_of(state_.round) == OuterMode::diloco && chained_ < 3 && others(now).ahead) {
+    ++chained_;
+    pending_synced_ = std::move(r);
+    const Time started = sync_started_;
+    begin_sync(state_.round + 1, joining_, "the group moved on while we synced", now);
+    sync_started_ = started;
+    return;
+  }
+  chained_ = 0;
+  reports_.push_back(std::move(r));
+}
+
+void RoundEngine::sync_failed(std::string why, Time now) {
+  // A joiner keeps what it verified for its next attempt; a member that has a state of its own
+  // does not hold a second one.
+  if (catch_up_ && !has_state_) sync_partial_ = catch_up_->take_partial();
+  catch_up_.reset();
+  full_sync_only_ = false;
+  chained_ = 0;
+  if (pending_synced_) {
+    // Catching up after a sync failed: that sync's state stands (as after any failed catch-up).
+    auto r = std::exchange(pending_synced_, std::nullopt);
+    r->note += "; catching up further failed: " + why;
+    spdlog::warn("{}", r->note);
+    phase_ = Phase::idle;
+    idle_at_ = now;
+    publish_self("training");
+    reports_.push_back(std::move(*r));
+    return;
+  }
+  RoundReport r;
+  r.round = state_.round;
+  r.mode = mode_of(state_.round);
+  r.note = sync_why_ + "; state sync failed: " + why;
+  if (!has_state_) {
+    phase_ = Phase::none;
+    r.kind = RoundReport::Kind::sync_failed;
+    spdlog::warn("{}", r.note);
+    reports_.push_back(std::move(r));
+    return;
+  }
+  // Catching up failed: keep our slow weights (the next round tells again whether we are out of
+  // step) and let the node train on.
+  spdlog::warn("{}; keeping our slow weights", r.note);
+  phase_ = Phase::idle;
+  idle_at_ = now;
+  theta_.clear();
+  r.local_only = true;
+  r.weights_hash = phi_hash_;
+  r.sync_time = now - submitted_;
+  publish_self("training");  // φ is unchanged: its snapshot and offer stand
+  reports_.push_back(std::move(r));
+}
+
+}  // namespace grove::gossip

@@ -1,0 +1,157 @@
+#include "gossip/state_delta.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "gossip/step_work.hpp"
+
+namespace grove::gossip {
+
+using transport::errc;
+
+namespace {
+constexpr char kMagic[8] = {'G', 'R', 'V', 'D', 'E', 'L', 'T', 'A'};
+constexpr std::uint32_t kVersion = 1;
+
+template <class T>
+void put(std::uint8_t*& p, T v) {
+  std::memcpy(p, &v, sizeof v);  // little-endian hosts (as the state format)
+  p += sizeof v;
+}
+template <class T>
+T get(const std::uint8_t*& p) {
+  T v;
+  std::memcpy(&v, p, sizeof v);
+  p += sizeof v;
+  return v;
+}
+
+std::size_t value_bytes(WireCodec c) {
+  return c == WireCodec::fp32 ? 4 : 2;
+}
+}  // namespace
+
+WireCodec delta_codec(WireCodec c) {
+  return c == WireCodec::fp16 || c == WireCodec::bf16 ? c : WireCodec::fp32;
+}
+
+std::uint64_t delta_size(WireCodec c, std::uint64_t values) {
+  return kDeltaHeaderBytes + value_bytes(delta_codec(c)) * values;
+}
+
+transport::Result<DeltaWriter> DeltaWriter::create(BlobStore& store, WireCodec codec,
+                                                   std::uint64_t values) {
+  codec = delta_codec(codec);
+  auto w = store.create(delta_size(codec, values));
+  if (!w) return w.failure();
+  return DeltaWriter(std::move(*w), codec, values);
+}
+
+transport::Result<void> DeltaWriter::write(std::uint64_t offset, std::span<const float> v) {
+  if (offset > values_ || v.size() > values_ - offset) return {errc::rejected, "past the delta"};
+  const std::size_t vb = value_bytes(codec_);
+  bytes_.resize(v.size() * vb);
+  check_.resize(v.size());
+  if (encode_values(codec_, v, bytes_) != optim::CodecError::ok ||
+      decode_values(codec_, bytes_, check_) != optim::CodecError::ok ||
+      (!v.empty() && std::memcmp(check_.data(), v.data(), v.size_bytes()) != 0))
+    return {errc::rejected, std::string("values not exact in ") + to_string(codec_)};
+  return w_->write(kDeltaHeaderBytes + offset * vb, bytes_);
+}
+
+transport::Result<std::shared_ptr<const StateBlob>> DeltaWriter::seal(std::uint64_t round,
+                                                                      const Digest& from,
+                                                                      const Digest& to) {
+  std::uint8_t h[kDeltaHeaderBytes] = {};
+  std::uint8_t* p = h;
+  std::memcpy(p, kMagic, sizeof kMagic);
+  p += sizeof kMagic;
+  put(p, kVersion);
+  put(p, static_cast<std::uint8_t>(codec_));
+  p += 3;
+  put(p, round);
+  put(p, values_);
+  std::memcpy(p, from.data(), from.size());
+  std::memcpy(p + 32, to.data(), to.size());
+  if (auto r = w_->write(0, h); !r) return r.failure();
+  return w_->seal();
+}
+
+transport::Result<DeltaHeader> read_delta_header(const StateBlob& blob) {
+  if (blob.size() < kDeltaHeaderBytes) return {errc::rejected, "a delta shorter than its header"};
+  std::uint8_t h[kDeltaHeaderBytes];
+  if (auto r = blob.read(0, h); !r) return r.failure();
+  const std::uint8_t* p = h;
+  if (std::memcmp(p, kMagic, sizeof kMagic) != 0) return {errc::rejected, "not a state delta"};
+  p += sizeof kMagic;
+  if (get<std::uint32_t>(p) != kVersion) return {errc::rejected, "delta version unknown"};
+  DeltaHeader d;
+  const auto c = get<std::uint8_t>(p);
+  if (c != static_cast<std::uint8_t>(WireCodec::fp32) &&
+      c != static_cast<std::uint8_t>(WireCodec::fp16) &&
+      c != static_cast<std::uint8_t>(WireCodec::bf16))
+    return {errc::rejected, "delta codec unknown"};
+  d.codec = static_cast<WireCodec>(c);
+  p += 3;
+  d.round = get<std::uint64_t>(p);
+  d.values = get<std::uint64_t>(p);
+  std::memcpy(d.from.data(), p, 32);
+  std::memcpy(d.to.data(), p + 32, 32);
+  const std::size_t vb = value_bytes(d.codec);
+  if (d.values > (blob.size() - kDeltaHeaderBytes) / vb ||
+      kDeltaHeaderBytes + d.values * vb != blob.size())
+    return {errc::rejected, "delta size does not match its values"};
+  return d;
+}
+
+transport::Result<void> replay_delta(const StateBlob& blob, optim::OuterState& s, Digest& hash,
+                                     const optim::DiLoCoConfig& cfg, unsigned threads) {
+  auto h = read_delta_header(blob);
+  if (!h) return h.failure();
+  if (h->values != s.phi.size() || s.momentum.size() != s.phi.size())
+    return {errc::rejected, "the delta has " + std::to_string(h->values) + " values, φ " +
+                                std::to_string(s.phi.size())};
+  if (h->round != s.round + 1)
+    return {errc::rejected, "the delta leads to round " + std::to_string(h->round) +
+                                ", the state is at round " + std::to_string(s.round)};
+  if (h->from != hash) return {errc::rejected, "the delta starts from other slow weights"};
+  const std::size_t vb = value_bytes(h->codec), n = s.phi.size();
+  std::vector<std::uint8_t> bytes(std::min(n, optim::kFragment) * vb);
+  std::vector<float> d(std::min(n, optim::kFragment));
+  // Fragment by fragment: a value that does not decode stops the replay, and past the first
+  // fragment φ is then half stepped (the caller replaces the state, as after a hash mismatch).
+  transport::Result<void> failed;
+  bool touched = false;
+  optim::by_fragments(
+      n,
+      [&](std::size_t lo, std::size_t hi) {
+        if (!failed) return;
+        const auto len = hi - lo;
+        const auto in = std::span(bytes).first(len * vb);
+        const auto out = std::span(d).first(len);
+        if (auto r = blob.read(kDeltaHeaderBytes + lo * vb, in); !r) {
+          failed = r;
+          return;
+        }
+        if (decode_values(h->codec, in, out) != optim::CodecError::ok) {
+          failed = {errc::rejected,
+                    "the delta holds values that do not decode (or are not finite)"};
+          return;
+        }
+        touched = true;
+        optim::diloco_step(std::span(s.phi.data() + lo, len),
+                           std::span(s.momentum.data() + lo, len), out, cfg, threads);
+      },
+      {&s.phi, &s.momentum});
+  if (!failed) {
+    if (!touched) return failed;
+    hash = weights_hash(s.phi);
+    return {errc::rejected, failed.text() + " (the state was changed part way)"};
+  }
+  s.round = h->round;
+  hash = weights_hash(s.phi);
+  if (hash != h->to) return {errc::rejected, "the replayed slow weights are not the delta's"};
+  return {};
+}
+
+}  // namespace grove::gossip

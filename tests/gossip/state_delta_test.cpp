@@ -1,0 +1,187 @@
+// State deltas (gossip/state_delta.hpp): a DiLoCo round's mean Δ kept in its codec replays to the
+// very bits of the group's step; a delta from other weights, of another round or size, with a
+// changed byte, or not a delta at all is refused with a reason.
+#include "gossip/state_delta.hpp"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "gossip/step_work.hpp"
+#include "optim/codecs.hpp"
+
+namespace grove::gossip {
+namespace {
+
+constexpr std::size_t kN = 3000;
+
+optim::OuterState state_of(unsigned seed, std::uint64_t round) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  std::vector<float> phi(kN), m(kN);
+  for (auto& v : phi) v = g(rng);
+  for (auto& v : m) v = 0.1f * g(rng);
+  optim::OuterState s;
+  s.round = round;
+  s.phi = std::move(phi);
+  s.momentum = std::move(m);
+  return s;
+}
+
+// A mean Δ as an fp16 all-reduce leaves it: every value exact in fp16.
+std::vector<float> mean_delta(unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> g(0.0f, 0.01f);
+  std::vector<float> d(kN);
+  for (auto& v : d) v = optim::half_to_float(optim::float_to_half(g(rng)));
+  return d;
+}
+
+std::vector<std::uint8_t> bytes_of(const StateBlob& b) {
+  std::vector<std::uint8_t> v(b.size());
+  EXPECT_TRUE(b.read(0, v));
+  return v;
+}
+
+struct Kept {
+  std::shared_ptr<const StateBlob> blob;
+  Digest from, to;
+  optim::OuterState after;  // the group's state after the step
+};
+
+// What a member does: the step on its state, the delta written a piece at a time.
+Kept keep_step(const optim::OuterState& before, const std::vector<float>& d,
+               const optim::DiLoCoConfig& cfg, WireCodec codec = WireCodec::fp16) {
+  Kept k;
+  k.after = before;
+  k.from = weights_hash(before.phi);
+  optim::diloco_step(k.after.phi, k.after.momentum, d, cfg);
+  ++k.after.round;
+  k.to = weights_hash(k.after.phi);
+  auto store = memory_blob_store();
+  auto w = DeltaWriter::create(*store, codec, kN);
+  EXPECT_TRUE(w);
+  EXPECT_TRUE(w->write(0, std::span(d).first(1000)));
+  EXPECT_TRUE(w->write(1000, std::span(d).subspan(1000)));
+  auto b = w->seal(k.after.round, k.from, k.to);
+  EXPECT_TRUE(b);
+  k.blob = *b;
+  return k;
+}
+
+TEST(StateDelta, ReplaysTwoRoundsToTheGroupsVeryBits) {
+  const optim::DiLoCoConfig cfg{0.7f, 0.9f};
+  const auto s0 = state_of(1, 7);
+  const auto k1 = keep_step(s0, mean_delta(2), cfg);
+  const auto k2 = keep_step(k1.after, mean_delta(3), cfg);
+  EXPECT_EQ(k1.blob->size(), delta_size(WireCodec::fp16, kN));
+  EXPECT_EQ(k1.blob->size(), kDeltaHeaderBytes + 2 * kN);  // a quarter of φ ‖ m
+
+  auto s = s0;
+  Digest h = weights_hash(s.phi);
+  ASSERT_TRUE(replay_delta(*k1.blob, s, h, cfg));
+  ASSERT_TRUE(replay_delta(*k2.blob, s, h, cfg));
+  EXPECT_EQ(s.round, 9u);
+  EXPECT_EQ(h, k2.to);
+  EXPECT_EQ(s.phi.to_vector(), k2.after.phi.to_vector());
+  EXPECT_EQ(s.momentum.to_vector(), k2.after.momentum.to_vector());
+}
+
+TEST(StateDelta, KeptInFp32ForBlockCodecs) {
+  EXPECT_EQ(delta_codec(WireCodec::e3m0), WireCodec::fp32);
+  EXPECT_EQ(delta_codec(WireCodec::bf16), WireCodec::bf16);
+  const optim::DiLoCoConfig cfg;
+  std::vector<float> d(kN, 0.1234567f);  // not exact in fp16: fine in fp32
+  const auto k = keep_step(state_of(4, 0), d, cfg, WireCodec::e3m0);
+  EXPECT_EQ(k.blob->size(), kDeltaHeaderBytes + 4 * kN);
+  auto s = state_of(4, 0);
+  Digest h = weights_hash(s.phi);
+  ASSERT_TRUE(replay_delta(*k.blob, s, h, cfg));
+  EXPECT_EQ(h, k.to);
+}
+
+TEST(StateDelta, AValueNotExactInTheCodecIsNotKept) {
+  auto store = memory_blob_store();
+  auto w = DeltaWriter::create(*store, WireCodec::fp16, 4);
+  ASSERT_TRUE(w);
+  const std::vector<float> d{0.5f, 0.1234567f, 0.0f, 1.0f};
+  const auto r = w->write(0, d);
+  EXPECT_FALSE(r);
+  EXPECT_NE(r.text().find("not exact"), std::string::npos) << r.text();
+  EXPECT_FALSE(w->write(2, std::vector<float>(3, 0.5f)));  // past the end
+}
+
+TEST(StateDelta, RefusesADeltaThatDoesNotFitTheState) {
+  const optim::DiLoCoConfig cfg;
+  const auto s0 = state_of(5, 3);
+  const auto k = keep_step(s0, mean_delta(6), cfg);
+  const auto unchanged = s0.phi.to_vector();
+  {  // other slow weights
+    auto s = state_of(9, 3);
+    Digest h = weights_hash(s.phi);
+    const auto r = replay_delta(*k.blob, s, h, cfg);
+    EXPECT_FALSE(r);
+    EXPECT_NE(r.text().find("other slow weights"), std::string::npos) << r.text();
+    EXPECT_EQ(s.round, 3u);
+  }
+  {  // another round
+    auto s = s0;
+    s.round = 4;
+    Digest h = weights_hash(s.phi);
+    const auto r = replay_delta(*k.blob, s, h, cfg);
+    EXPECT_FALSE(r);
+    EXPECT_NE(r.text().find("round"), std::string::npos) << r.text();
+    EXPECT_EQ(s.phi.to_vector(), unchanged);
+  }
+  {  // another size
+    optim::OuterState s;
+    s.round = 3;
+    s.phi = std::vector<float>(kN - 1, 0.0f);
+    s.momentum = std::vector<float>(kN - 1, 0.0f);
+    Digest h = weights_hash(s.phi);
+    EXPECT_FALSE(replay_delta(*k.blob, s, h, cfg));
+  }
+}
+
+TEST(StateDelta, AChangedValueFailsTheHashAndSaysTheStateChanged) {
+  const optim::DiLoCoConfig cfg;
+  const auto s0 = state_of(7, 0);
+  const auto k = keep_step(s0, mean_delta(8), cfg);
+  auto bytes = bytes_of(*k.blob);
+  bytes[kDeltaHeaderBytes + 2 * 1500] ^= 0x01;  // one value's lowest mantissa bit
+  auto s = s0;
+  Digest h = weights_hash(s.phi);
+  const auto r = replay_delta(*memory_blob(bytes), s, h, cfg);
+  EXPECT_FALSE(r);
+  EXPECT_NE(r.text().find("not the delta's"), std::string::npos) << r.text();
+  EXPECT_EQ(h, weights_hash(s.phi));  // the hash of what φ now is
+}
+
+TEST(StateDelta, RefusesWhatIsNotADelta) {
+  const auto k = keep_step(state_of(10, 0), mean_delta(11), {});
+  const auto good = bytes_of(*k.blob);
+  auto with = [&](std::size_t at, std::uint8_t v) {
+    auto b = good;
+    b[at] = v;
+    return read_delta_header(*memory_blob(b));
+  };
+  EXPECT_TRUE(read_delta_header(*k.blob));
+  EXPECT_FALSE(with(0, 'X'));    // magic
+  EXPECT_FALSE(with(8, 2));      // version
+  EXPECT_FALSE(with(12, 3));     // codec (e3m0 is never kept)
+  EXPECT_FALSE(with(24, 0xff));  // values against the size
+  EXPECT_FALSE(read_delta_header(*memory_blob({good.begin(), good.end() - 1})));  // truncated
+  EXPECT_FALSE(read_delta_header(*memory_blob({good.begin(), good.begin() + 50})));
+  // An Inf in the values is refused before it reaches φ.
+  auto inf = good;
+  inf[kDeltaHeaderBytes] = 0x00;
+  inf[kDeltaHeaderBytes + 1] = 0x7c;  // fp16 +Inf, the first value
+  auto s = state_of(10, 0);
+  Digest h = weights_hash(s.phi);
+  const auto before = s.phi.to_vector();
+  EXPECT_FALSE(replay_delta(*memory_blob(inf), s, h, {}));
+  EXPECT_EQ(s.phi.to_vector(), before);
+}
+
+}  // namespace
+}  // namespace grove::gossip
