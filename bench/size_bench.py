@@ -13,7 +13,8 @@ Per node it prints: peak RSS (getrusage, the node's stop event) / parameter byte
 the bound 2 x parameter bytes + 200 MB; for c, the join / (state bytes / link rate), state bytes = 8 per parameter (its launch to its "start" metrics
 event, written once the state is in hand); per round, the transfer time (the
 exchange or all-reduce, start to outcome: "transfer_s") / (the larger of the bytes sent and
-received per partner / link rate: every link is shaped on its own); the rounds averaged; the deadlines that fired (log lines of a request,
+received per partner / link rate: every link is shaped on its own; a DiLoCo ring sends all to
+one member); the rounds averaged; the deadlines that fired (log lines of a request,
 chunk or exchange deadline). Targets: peak <= 2x + 200 MB (never 3x), join <= 1.2 x bound + 10 s,
 transfer <= 1.15 x bound, every round averaged, no deadline fired. Ends with one line:
 
@@ -193,8 +194,9 @@ def one_mode(binary, a, mode, work):
         ratios = []
         for e in rounds:
             # Every link is shaped on its own (--emulate-link): the bound is the bytes to and
-            # from one partner.
-            partners = max(1, len(e.get("partners") or []))
+            # from one partner. A ring all-reduce (DiLoCo) sends all of its bytes to one member
+            # (its successor) and receives them from one (its predecessor).
+            partners = 1 if e.get("mode") == "diloco" else max(1, len(e.get("partners") or []))
             wire = max(e.get("round_bytes_sent", 0), e.get("round_bytes_received", 0)) / partners
             if wire > 0 and e.get("transfer_s"):
                 ratios.append(e["transfer_s"] / (wire / rate))

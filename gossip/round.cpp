@@ -160,10 +160,16 @@ void RoundEngine::declare_ready(Time now) {
     behind = view.ahead;
     fresh = synced_into_round_ && waited < opts_.group_wait;
     // (Counted again from the last wait for a member fetching the state: it is in now.)
+    // Members of our last group whose records still say they are ending that round (a poll
+    // behind, or their step is slower) are at our round in a moment: wait for them too.
+    std::size_t finishing = 0;
+    for (const auto& mem : members_.live(now))
+      finishing += last_group_.contains(mem.id) && !departed_.contains(mem.id) &&
+                   mem.status == "averaging" && progress_of(mem).round + 1 == state_.round;
     if (opts_.diloco_group == 0 && !view.ahead &&
         mm.read_time(now) - std::max(submitted_, synced_seen_) <
             std::min(opts_.group_wait, 3 * opts_.match.window) + newcomer_phase())
-      wait_for = static_cast<std::uint32_t>(view.at_round + 1);
+      wait_for = static_cast<std::uint32_t>(view.at_round + finishing + 1);
     if (opts_.diloco_group == 0 && wait_for_syncing(view, waited, now))
       wait_for = static_cast<std::uint32_t>(view.at_round + view.syncing + 1);
   }
@@ -402,7 +408,10 @@ void RoundEngine::on_step_done(std::uint64_t seq, Time now) {
   serve_delta(std::move(w->delta), w->delta_from);
   r.weights_hash = phi_hash_;
   reports_.push_back(std::move(r));
+  last_group_.clear();
   if (step_members_.size() > 1) {
+    last_group_ = step_members_;
+    last_group_.erase(store_.id());
     judge_.expect(state_.round, phi_hash_, std::exchange(step_members_, {}));
     for (const auto& m : members_.live(now)) judge_.on_member(m);
   }

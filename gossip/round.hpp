@@ -280,6 +280,7 @@ class RoundEngine {
   Time synced_seen_ = Time::min();  // when we last waited for a member fetching the state
   Time idle_at_{0}, inner_{0};      // our last inner phase: its start and length
   Time round_time_{0};              // our last round: inner phase and averaging
+  Time last_sync_{0};               // our last state sync (download and parse or replay)
   /// An inner phase once we waited for a member fetching the state this round (it trains its
   /// inner phase before it is ready), else nothing: added to the waits for the group.
   Time newcomer_phase() const { return synced_seen_ > submitted_ ? inner_ : Time(0); }
@@ -349,6 +350,7 @@ class RoundEngine {
   std::shared_ptr<StepWork> step_;  // while stepping: the job's work, its report and group
   RoundReport step_report_;
   std::set<NodeId> step_members_;
+  std::set<NodeId> last_group_;  // the others of our last DiLoCo round's group
   optim::Floats theta_;
   Time submitted_{0};
   OuterMode round_mode_ = OuterMode::noloco;

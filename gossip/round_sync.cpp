@@ -114,8 +114,10 @@ void RoundEngine::begin_sync(std::uint64_t min_round, bool joining, std::string 
   o.sync = opts_.sync;
   o.sync.store = opts_.blobs;
   // A member behind the group waits for the state the group holds after its round: give the
-  // offers of that round as long as two of our rounds take.
-  o.offers_wait = joining ? opts_.offers_wait : std::max(opts_.offers_wait, 2 * round_time_);
+  // offers of that round as long as two of our rounds take (before we have ended one: two of our
+  // inner phases and of our last sync, which moved more bytes than a round does).
+  const Time round = round_time_ > Time(0) ? round_time_ : inner_ + last_sync_;
+  o.offers_wait = joining ? opts_.offers_wait : std::max(opts_.offers_wait, 2 * round);
   o.offers_retry = std::clamp(opts_.match.window / 4, Time(100), Time(2000));
   o.values = has_state_ ? std::optional(state_.phi.size()) : expect_values_;
   // A member whose φ is the group's of an earlier round replays the group's deltas instead.
@@ -229,6 +231,7 @@ void RoundEngine::synced(const std::shared_ptr<StepWork>& w, Time now) {
   r.weights_hash = phi_hash_;
   r.bytes_received = sync_bytes_;
   r.sync_time = now - sync_started_;
+  last_sync_ = r.sync_time;
   r.note = sync_why_ + (replayed ? ": replayed the deltas up to round " : ": state of round ") +
            std::to_string(offer.round) + " from " + dht::short_hex(offer.donor) + " (" +
            std::to_string(sync_bytes_) + " bytes)";

@@ -202,6 +202,26 @@ TEST(RoundEngine, DiLoCoMembersWithSlowStepsEndEveryRoundBitIdentical) {
   expect_identical_per_round(s, 12);
 }
 
+// A member whose outer step takes longer than the others' (a slower disk, a donor busy serving a
+// joiner) ends each round a few seconds after them: the group waits for the members of its last
+// round whose records still say they are ending it, so it averages every round with them instead
+// of leaving it out (and it catching up) round after round.
+TEST(RoundEngine, DiLoCoGroupWaitsForAMemberStillEndingTheLastRound) {
+  Swarm s(24, fast_options(OuterMode::diloco));
+  grow(s, 2, {ms(3000), {}});
+  const std::size_t slow = s.join(0, {ms(3000), {}, false, ms(4000)});
+  s.run_for(ms(150'000));
+  std::size_t rounds = 0, averaged = 0;
+  for (const auto& r : s.reports(slow)) {
+    rounds += r.kind == RoundReport::Kind::round;
+    averaged += r.kind == RoundReport::Kind::round && !r.local_only;
+  }
+  EXPECT_GE(rounds, 10u);
+  EXPECT_GE(averaged + 1, rounds) << averaged << " of " << rounds;
+  EXPECT_LE(s.engine(slow).syncs(), 2u);  // its join (and at most one catch-up)
+  expect_identical_per_round(s, 10);
+}
+
 TEST(RoundEngine, RunTimeSwitchToDiLoCoAndBack) {
   Swarm s(14, fast_options(OuterMode::noloco));
   grow(s, 4, {ms(3000), {}});
