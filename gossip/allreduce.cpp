@@ -211,7 +211,10 @@ void RingAllReduce::on_message(const NodeId& from, const Message& m, Time now) {
   if (m.h.tag != tag_) return;  // another attempt's message
   if (!has(ring_sorted_, from)) return;
   stats_.bytes_received += m.payload.size();
-  if (from == pred()) last_heard_pred_ = now;
+  if (from == pred()) {
+    last_heard_pred_ = now;
+    heard_pred_ = true;
+  }
   switch (m.h.kind) {
     case MsgKind::heartbeat:
       break;
@@ -338,7 +341,7 @@ void RingAllReduce::on_timer(Time now) {
     status_ = OpStatus::done;
     return;
   }
-  if (!complete_ && now - last_heard_pred_ >= opts_.chunk_timeout) {
+  if (!complete_ && now - last_heard_pred_ >= silence_bound()) {
     suspect({pred()}, now, "silent past the chunk timeout");
     if (finished()) return;
   }
@@ -354,7 +357,7 @@ std::optional<Time> RingAllReduce::next_deadline() const {
     if (complete_)
       t = std::min(t, completed_at_ + opts_.linger);
     else
-      t = std::min(t, last_heard_pred_ + opts_.chunk_timeout);
+      t = std::min(t, last_heard_pred_ + silence_bound());
   }
   return t;
 }

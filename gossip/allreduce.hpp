@@ -48,6 +48,10 @@ struct AllReduceOptions {
   std::size_t chunk_values = std::size_t{1} << 18;  ///< multiple of 256 (E3M0 blocks)
   Time heartbeat{1000};
   Time chunk_timeout{10000};
+  /// Added to chunk_timeout before the first attempt has heard from its predecessor: members
+  /// start the op when each has read the window's records, and a busy node later still (a large
+  /// model's node); the group should not split over that skew.
+  Time start_grace{0};
   /// After completing: how long to wait for every member's done (or an abort) before taking the
   /// result. Keep it above chunk_timeout: a member stuck on a dead peer aborts within that.
   Time linger{12000};
@@ -75,9 +79,11 @@ class RingAllReduce final : public Protocol {
   /// reuse its memory; its contents are ignored. Input and result are read and written a chunk
   /// at a time and each chunk is released once done with (paged arrays never become resident
   /// whole).
-  static transport::Result<std::unique_ptr<RingAllReduce>> create(
-      OpId op, NodeId self, std::vector<NodeId> ring, optim::Floats input, AllReduceOptions opts,
-      Time now, optim::Floats out = {});
+  static transport::Result<std::unique_ptr<RingAllReduce>> create(OpId op, NodeId self,
+                                                                  std::vector<NodeId> ring,
+                                                                  optim::Floats input,
+                                                                  AllReduceOptions opts, Time now,
+                                                                  optim::Floats out = {});
 
   const OpId& op() const override { return op_; }
   void on_message(const NodeId& from, const Message& m, Time now) override;
@@ -161,6 +167,10 @@ class RingAllReduce final : public Protocol {
   bool complete_ = false;
   Time completed_at_{0};
   Time last_heard_pred_{0};
+  bool heard_pred_ = false;  // the predecessor has sent anything (any attempt)
+  Time silence_bound() const {
+    return opts_.chunk_timeout + (heard_pred_ || stats_.attempts > 1 ? Time(0) : opts_.start_grace);
+  }
   Time last_sent_succ_{0};
 
   OpStatus status_ = OpStatus::running;

@@ -265,6 +265,9 @@ void RoundEngine::on_match(MatchResult m, Time now) {
     auto out = std::make_shared<optim::Floats>(std::move(spare_));
     auto o = opts_.allreduce;
     o.alloc = opts_.floats;
+    // Members start when each has read the window's records: up to a read apart, more when a
+    // node's DHT strand is busy.
+    o.start_grace = std::max(o.start_grace, opts_.match.window + opts_.match.read_timeout);
     o.total_timeout = op_deadline("all-reduce", m.group.size(),
                                   allreduce_wire_bytes(o.codec, input->size(), m.group.size()));
     start.make = [op, self, ring = m.group, input, out, o](Time t) -> std::unique_ptr<Protocol> {

@@ -151,7 +151,7 @@ void StepWork::run() {
                             if (out)
                               if (auto r = out->write(lo, part(ring, d + lo, d + hi)); !r) {
                                 spdlog::warn("cannot keep the delta of round {}: {}", state.round,
-                                             r.text());
+                                             r.why().empty() ? r.text() : r.why());
                                 out.reset();
                               }
                             optim::diloco_step(part(phi, lo, hi), part(m, lo, hi),

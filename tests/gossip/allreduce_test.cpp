@@ -188,6 +188,33 @@ TEST(RingAllReduce, AHangingMemberIsLeftOutWithinTheChunkTimeout) {
   EXPECT_LE(s.net.now() - hung_at, o.chunk_timeout + 1000ms);
 }
 
+// Members start the op when each has read the window's records (a large model's node later
+// still): a predecessor that starts a few seconds late is given start_grace more before it is
+// suspected, so a pair does not split into two members averaging alone. Once heard, the chunk
+// timeout alone applies again.
+TEST(RingAllReduce, APredecessorStartingLateIsGivenTheStartGrace) {
+  for (const auto grace : {0ms, 3000ms}) {
+    AllReduceOptions o;
+    o.chunk_values = 256;
+    o.chunk_timeout = 2000ms;
+    o.heartbeat = 500ms;
+    o.start_grace = grace;
+    Swarm s(57, 2, 256 * 4, o);
+    s.net.attach(s.ids[0],
+                 RingAllReduce::create(s.op, s.ids[0], s.ids, s.inputs[0], o, s.net.now()).value());
+    s.net.run_until(dht::Time(3500));  // the other member reads its match 3.5 s later
+    s.net.attach(s.ids[1],
+                 RingAllReduce::create(s.op, s.ids[1], s.ids, s.inputs[1], o, s.net.now()).value());
+    ASSERT_TRUE(s.net.run_until([&] { return s.all_finished(); }, 60s));
+    const std::size_t together = grace > 0ms ? 2 : 1;
+    EXPECT_EQ(s.at(0)->members().size(), together) << "grace " << grace.count();
+    if (grace > 0ms) {
+      ASSERT_EQ(s.at(1)->status(), OpStatus::done);
+      EXPECT_EQ(vec(s.at(0)->result()), vec(s.at(1)->result()));
+    }
+  }
+}
+
 TEST(RingAllReduce, ExcludedMemberFailsInsteadOfDiverging) {
   AllReduceOptions o;
   o.chunk_values = 256;
@@ -214,7 +241,9 @@ TEST(RingAllReduce, AMalformedChunkGetsItsSenderSuspected) {
   const OpId op = op_of(1);
   std::vector<NodeId> ids(N);
   for (std::size_t i = 0; i < N; ++i) ids[i][0] = static_cast<std::uint8_t>(i + 1);
-  auto r_core = RingAllReduce::create(op, ids[1], ids, std::vector<float>(256 * 3, 1.0f), o, dht::Time(0)).value();
+  auto r_core =
+      RingAllReduce::create(op, ids[1], ids, std::vector<float>(256 * 3, 1.0f), o, dht::Time(0))
+          .value();
   auto& r = *r_core;
   // From the predecessor (ids[0]): a chunk whose count does not match the segment.
   Header h;
@@ -257,7 +286,9 @@ TEST(RingAllReduce, AMemberLeftAloneOutOfThreeFailsButOneOfAPairGoesOn) {
   for (std::size_t N : {2u, 3u}) {
     std::vector<NodeId> ids(N);
     for (std::size_t i = 0; i < N; ++i) ids[i][0] = static_cast<std::uint8_t>(i + 1);
-    auto r_core = RingAllReduce::create(op_of(4), ids[0], ids, std::vector<float>(512, 1.0f), o, dht::Time(0)).value();
+    auto r_core =
+        RingAllReduce::create(op_of(4), ids[0], ids, std::vector<float>(512, 1.0f), o, dht::Time(0))
+            .value();
     auto& r = *r_core;
     for (std::size_t i = 1; i < N; ++i) r.on_peer_failed(ids[i], dht::Time(1));
     if (N == 2) {
@@ -279,7 +310,9 @@ TEST(RingAllReduce, HalfTheGroupGoneFailsAMajorityGoesOn) {
     SCOPED_TRACE(std::to_string(lost) + " of " + std::to_string(N) + " lost");
     std::vector<NodeId> ids(N);
     for (std::size_t i = 0; i < N; ++i) ids[i][0] = static_cast<std::uint8_t>(i + 1);
-    auto r_core = RingAllReduce::create(op_of(5), ids[0], ids, std::vector<float>(512, 1.0f), o, dht::Time(0)).value();
+    auto r_core =
+        RingAllReduce::create(op_of(5), ids[0], ids, std::vector<float>(512, 1.0f), o, dht::Time(0))
+            .value();
     auto& r = *r_core;
     for (std::size_t i = 1; i <= lost; ++i) r.on_peer_failed(ids[i], dht::Time(1));
     if (2 * (N - lost) > N) {
@@ -298,7 +331,9 @@ TEST(RingAllReduce, GivesUpAtTheTotalTimeout) {
   o.total_timeout = 5000ms;
   std::vector<NodeId> ids(2);
   ids[1][0] = 1;
-  auto r_core = RingAllReduce::create(op_of(3), ids[0], ids, std::vector<float>(512, 1.0f), o, dht::Time(0)).value();
+  auto r_core =
+      RingAllReduce::create(op_of(3), ids[0], ids, std::vector<float>(512, 1.0f), o, dht::Time(0))
+          .value();
   auto& r = *r_core;
   // Heartbeats keep arriving from the peer but no data ever does.
   Header h;
