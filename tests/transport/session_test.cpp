@@ -512,7 +512,21 @@ TEST_P(SessionTest, ControlFramesDoNotWaitBehindBulkData) {
   // The streams were still going: the request really competed with them.
   EXPECT_LT(to_a->received.load(), size);
   EXPECT_LT(to_b->received.load(), size);
-  EXPECT_LT(rtt, 250ms) << std::chrono::duration_cast<Duration>(rtt).count() << " ms";
+  // Behind the data queue it took ~800 ms. Sanitized builds run several times slower and share
+  // the 2 cores with the other tests (ctest -j2; measured 298 ms under ASan with a 512 MB
+  // stream test beside it): a looser bound there still tells the two apart.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  constexpr auto kBound = 450ms;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+  constexpr auto kBound = 450ms;
+#else
+  constexpr auto kBound = 250ms;
+#endif
+#else
+  constexpr auto kBound = 250ms;
+#endif
+  EXPECT_LT(rtt, kBound) << std::chrono::duration_cast<Duration>(rtt).count() << " ms";
   auto fa = sent_a.get_future(), fb = sent_b.get_future();
   EXPECT_EQ(await(fa, 30s), std::error_code());
   EXPECT_EQ(await(fb, 30s), std::error_code());
