@@ -26,7 +26,8 @@ Progress progress_of(const dht::MemberInfo& m) {
 }
 
 OthersView view_of_others(const std::vector<dht::MemberInfo>& live, const NodeId& self,
-                          const std::set<NodeId>& departed, std::uint64_t round) {
+                          const std::set<NodeId>& departed, std::uint64_t round,
+                          const std::set<NodeId>& last_group) {
   OthersView o;
   for (const auto& mem : live) {
     if (mem.id == self || departed.contains(mem.id)) continue;
@@ -36,6 +37,7 @@ OthersView view_of_others(const std::vector<dht::MemberInfo>& live, const NodeId
     const bool syncing = mem.status == "joining" || mem.status == "syncing";
     o.at_round += r == round && !syncing;
     o.syncing += syncing && r <= round;
+    o.finishing += last_group.contains(mem.id) && mem.status == "averaging" && r + 1 == round;
   }
   return o;
 }

@@ -32,9 +32,13 @@ Progress progress_of(const dht::MemberInfo& m);
 struct OthersView {
   std::size_t live = 0, at_round = 0;  ///< all of them; those at our round
   std::size_t syncing = 0;  ///< fetching the state (status joining or syncing), not ahead of us
-  bool ahead = false;       ///< one has ended our round already
+  /// Members of `last_group` whose records still say they are ending the round before ours
+  /// (status averaging): at our round in a moment.
+  std::size_t finishing = 0;
+  bool ahead = false;  ///< one has ended our round already
 };
 OthersView view_of_others(const std::vector<dht::MemberInfo>& live, const NodeId& self,
-                          const std::set<NodeId>& departed, std::uint64_t round);
+                          const std::set<NodeId>& departed, std::uint64_t round,
+                          const std::set<NodeId>& last_group = {});
 
 }  // namespace grove::gossip

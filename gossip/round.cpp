@@ -159,17 +159,13 @@ void RoundEngine::declare_ready(Time now) {
     const Time waited = mm.read_time(now) - submitted_;
     behind = view.ahead;
     fresh = synced_into_round_ && waited < opts_.group_wait;
-    // (Counted again from the last wait for a member fetching the state: it is in now.)
     // Members of our last group whose records still say they are ending that round (a poll
     // behind, or their step is slower) are at our round in a moment: wait for them too.
-    std::size_t finishing = 0;
-    for (const auto& mem : members_.live(now))
-      finishing += last_group_.contains(mem.id) && !departed_.contains(mem.id) &&
-                   mem.status == "averaging" && progress_of(mem).round + 1 == state_.round;
+    // (Counted again from the last wait for a member fetching the state: it is in now.)
     if (opts_.diloco_group == 0 && !view.ahead &&
         mm.read_time(now) - std::max(submitted_, synced_seen_) <
             std::min(opts_.group_wait, 3 * opts_.match.window) + newcomer_phase())
-      wait_for = static_cast<std::uint32_t>(view.at_round + finishing + 1);
+      wait_for = static_cast<std::uint32_t>(view.at_round + view.finishing + 1);
     if (opts_.diloco_group == 0 && wait_for_syncing(view, waited, now))
       wait_for = static_cast<std::uint32_t>(view.at_round + view.syncing + 1);
   }

@@ -24,9 +24,9 @@
 // from the all-reduce) catches up the same way instead of applying a step of its own: its slow
 // weights would otherwise differ from the group's from then on. When its φ is the group's of an
 // earlier round, it fetches and replays the group's deltas since (a quarter of the state's bytes
-// each in fp16) instead of the state. So that such a download can
-// ever land on the group's current state, a DiLoCo group waits at its round boundary for live
-// members fetching the state (RoundOptions::sync_wait), then for their inner phase.
+// each in fp16) instead of the state. So that such a download can ever land on the group's
+// current state, a DiLoCo group waits at its round boundary for live members fetching the state
+// (RoundOptions::sync_wait), then for their inner phase.
 //
 // The driver (the node's Asio runtime, or sim::Swarm) feeds the DHT and the engine the time,
 // runs the operations from take_ops() with its own clock (StartOp::make), carries the state
@@ -266,7 +266,7 @@ class RoundEngine {
   /// The other live members in our view, less those seen leaving.
   using Others = OthersView;
   Others others(Time now) const {
-    return view_of_others(members_.live(now), store_.id(), departed_, state_.round);
+    return view_of_others(members_.live(now), store_.id(), departed_, state_.round, last_group_);
   }
   /// DiLoCo: wait for the members that are fetching the state (RoundOptions::sync_wait).
   bool wait_for_syncing(const Others& view, Time waited, Time now) {
@@ -303,6 +303,9 @@ class RoundEngine {
   /// Downloads a state of at least `min_round`; from `donors` only when given.
   void begin_sync(std::uint64_t min_round, bool joining, std::string why, Time now,
                   std::set<NodeId> donors = {});
+  /// A sync that follows the one just ended (the group moved on meanwhile, or its deltas did not
+  /// replay): reported as one, from the first one's start.
+  void sync_again(std::uint64_t min_round, std::string why, Time now);
   /// The catch-up ended (or not yet): the downloaded state goes to the driver to be parsed.
   void sync_done(Time now);
   /// The downloaded state was parsed (w->error says why not).

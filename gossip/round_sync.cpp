@@ -39,7 +39,7 @@ void RoundEngine::publish_state(std::shared_ptr<const StateBlob> blob) {
 void RoundEngine::serve_delta(std::shared_ptr<const StateBlob> blob, const Digest& from) {
   if (!blob || !opts_.serve_state || !server_) return;
   const auto seq = ++snapshot_seq_;
-  delta_jobs_[seq] = {state_.round, blob->size(), {}, from, phi_hash_};
+  delta_jobs_[seq] = {state_.round, 0, {}, from, phi_hash_};  // (size and root: the snapshot's)
   while (delta_jobs_.size() > 4) delta_jobs_.erase(delta_jobs_.begin());
   // Before the state's snapshot (a quarter of its size): the state's offer then lists it, and a
   // member behind that reads that offer finds the delta it needs.
@@ -129,6 +129,12 @@ void RoundEngine::begin_sync(std::uint64_t min_round, bool joining, std::string 
                                         std::exchange(sync_partial_, std::nullopt));
 }
 
+void RoundEngine::sync_again(std::uint64_t min_round, std::string why, Time now) {
+  const Time started = sync_started_;
+  begin_sync(min_round, joining_, std::move(why), now);
+  sync_started_ = started;
+}
+
 void RoundEngine::report_progress(Time now) {
   if (!catch_up_ || now - progress_at_ < Time(1000)) return;
   const auto p = catch_up_->progress(now);
@@ -171,8 +177,6 @@ void RoundEngine::sync_done(Time now) {
   // Parsing (or replaying deltas), hashing and serialising a large state take seconds: a job for
   // the driver.
   auto w = std::make_shared<StepWork>();
-  w->kind = StepWork::Kind::parse;
-  w->blob = catch_up_->take_blob();
   w->deltas = catch_up_->take_deltas();
   sync_bytes_ = catch_up_->bytes();
   if (!w->deltas.empty()) {
@@ -185,10 +189,13 @@ void RoundEngine::sync_done(Time now) {
     w->hash = phi_hash_;
     w->diloco = opts_.diloco;
     w->threads = opts_.threads;
+  } else {
+    w->kind = StepWork::Kind::parse;
+    w->blob = catch_up_->take_blob();
+    w->max_values = opts_.max_values;
+    w->alloc = opts_.floats;
+    w->want = has_state_ ? std::optional(state_.phi.size()) : expect_values_;
   }
-  w->max_values = opts_.max_values;
-  w->alloc = opts_.floats;
-  w->want = has_state_ ? std::optional(state_.phi.size()) : expect_values_;
   if (opts_.serve_state && server_) w->store = opts_.blobs;
   sync_offer_ = catch_up_->offer();
   catch_up_.reset();
@@ -204,10 +211,7 @@ void RoundEngine::synced(const std::shared_ptr<StepWork>& w, Time now) {
     ++state_gen_;
     phi_hash_ = w->hash;
     full_sync_only_ = true;
-    const Time started = sync_started_;
-    begin_sync(sync_offer_.round, joining_, sync_why_ + "; " + w->error, now);
-    sync_started_ = started;
-    return;
+    return sync_again(sync_offer_.round, sync_why_ + "; " + w->error, now);
   }
   full_sync_only_ = false;
   if (!w->error.empty()) return sync_failed(w->error, now);
@@ -246,10 +250,7 @@ void RoundEngine::synced(const std::shared_ptr<StepWork>& w, Time now) {
   if (mode_of(state_.round) == OuterMode::diloco && chained_ < 3 && others(now).ahead) {
     ++chained_;
     pending_synced_ = std::move(r);
-    const Time started = sync_started_;
-    begin_sync(state_.round + 1, joining_, "the group moved on while we synced", now);
-    sync_started_ = started;
-    return;
+    return sync_again(state_.round + 1, "the group moved on while we synced", now);
   }
   chained_ = 0;
   reports_.push_back(std::move(r));

@@ -59,6 +59,9 @@ auto part(A& a, std::size_t lo, std::size_t hi) {
 }  // namespace
 
 void StepWork::run() {
+  // A failure's reason in words (the code's own text when it has none).
+  const auto reason = [](const auto& r) { return r.why().empty() ? r.text() : r.why(); };
+  bool hashed = false;  // `hash` is already φ's (the delta's seal, the replay's check)
   auto& phi = state.phi;
   auto& m = state.momentum;
   const std::size_t n = phi.size();
@@ -151,7 +154,7 @@ void StepWork::run() {
                             if (out)
                               if (auto r = out->write(lo, part(ring, d + lo, d + hi)); !r) {
                                 spdlog::warn("cannot keep the delta of round {}: {}", state.round,
-                                             r.why().empty() ? r.text() : r.why());
+                                             reason(r));
                                 out.reset();
                               }
                             optim::diloco_step(part(phi, lo, hi), part(m, lo, hi),
@@ -161,6 +164,7 @@ void StepWork::run() {
                           {&phi, &m});
       if (out) {
         hash = weights_hash(phi);
+        hashed = true;
         if (auto b = out->seal(state.round, delta_from, hash))
           delta = std::move(*b);
         else
@@ -173,15 +177,16 @@ void StepWork::run() {
         const auto before = state.round;
         if (auto r = replay_delta(*b, state, hash, diloco, threads); !r) {
           error =
-              "the delta of round " + std::to_string(before + 1) + " does not replay: " + r.text();
+              "the delta of round " + std::to_string(before + 1) + " does not replay: " + reason(r);
           blob = nullptr;
           return;
         }
       }
+      hashed = true;
       break;
   }
   phi_mean = {};
-  if (!(kind == Kind::replay || (kind == Kind::diloco_ring && delta))) hash = weights_hash(phi);
+  if (!hashed) hash = weights_hash(phi);
   if (!store) {
     blob = nullptr;
     return;
