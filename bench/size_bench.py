@@ -266,6 +266,9 @@ def main():
             subprocess.run(["pkill", "-f", work], check=False)
             if not a.out:
                 shutil.rmtree(work, ignore_errors=True)
+            else:  # keep the logs and metrics; the state directories hold GBs of checkpoints
+                for name in ("a", "b", "c"):
+                    shutil.rmtree(os.path.join(work, name), ignore_errors=True)
         for k in totals:
             totals[k] = max(totals[k], worst[k])
         averaged, total, fired = averaged + av, total + tot, fired + fi

@@ -233,7 +233,8 @@ Node options (any node):
                           testing: slow every link of this node in-process, e.g. 100mbit,100ms
                           (RATE in kbit, mbit or gbit per second; RTT added; LOSS of frames).
                           It shapes what this node sends (give it to every node to shape both
-                          ways); its queue counts in the sender's bounded send queue, so control
+                          ways). Frames are serialised at RATE, then travel RTT/2; those not
+                          serialised yet count in the sender's bounded send queue, so control
                           frames wait behind at most ~10 ms (or 256 KiB) of bulk data
 
 Run config (only with --bootstrap; fixed for the run, joiners take it from the swarm):

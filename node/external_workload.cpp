@@ -15,6 +15,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "node/shm_segments.hpp"
 #include "optim/floats.hpp"
 #include "transport/error.hpp"
 
@@ -265,9 +266,14 @@ void ExternalWorkload::bind(const RunConfig& run, const std::string& run_name) {
   i.run_name = run_name;
   i.params = static_cast<std::size_t>(run.model_params);
   const std::size_t bytes = i.params * sizeof(float);
-  ::shm_unlink(i.o.shm_name.c_str());  // a segment left by this node's last life
+  // Segments of nodes killed before they could remove theirs hold RAM (this node's last life's
+  // included): free them first.
+  sweep_stale_segments();
+  ::shm_unlink(i.o.shm_name.c_str());  // ours, from our last life, if another node holds it
   i.shm_fd = ::shm_open(i.o.shm_name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
   if (i.shm_fd < 0) throw ConfigError(sys_error(("shared memory " + i.o.shm_name).c_str()));
+  if (!lock_segment(i.shm_fd))
+    throw ConfigError("shared memory " + i.o.shm_name + ": locked by another process");
   if (::ftruncate(i.shm_fd, static_cast<off_t>(bytes)) != 0)
     throw ConfigError(sys_error("shared memory size"));
   void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, i.shm_fd, 0);

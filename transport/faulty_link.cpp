@@ -53,31 +53,54 @@ void FaultyLink::send(Frame f) {
     return;
   }
   const auto now = Clock::now();
-  auto at = now + c.latency;
+  // Serialised when the frames before it are and its own bytes have gone out at the rate;
+  // delivered a latency (and jitter) later.
+  busy_until_ = std::max(busy_until_, now);
+  if (c.bandwidth_bytes_per_sec > 0)
+    busy_until_ += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
+        static_cast<double>(f.wire_size()) / c.bandwidth_bytes_per_sec));
+  auto at = busy_until_ + c.latency;
   if (c.jitter.count() > 0)
     at += Duration(std::uniform_int_distribution<long>(0, c.jitter.count())(plan_->rng_));
-  if (c.bandwidth_bytes_per_sec > 0) {
-    busy_until_ = std::max(busy_until_, now) +
-                  std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
-                      static_cast<double>(f.wire_size()) / c.bandwidth_bytes_per_sec));
-    at = std::max(at, busy_until_);
-  }
   at = std::max(at, last_at_);  // a link never reorders
   last_at_ = at;
   if (at <= now && delayed_.empty()) {
     inner_->send(std::move(f));
     return;
   }
-  delayed_bytes_ += f.wire_size();
-  delayed_.push_back({at, std::move(f)});
+  serialise(now);
+  if (busy_until_ > now) queued_ += f.wire_size();
+  delayed_.push_back({busy_until_, at, std::move(f)});
+  if (busy_until_ <= now && in_flight_ + 1 == delayed_.size()) ++in_flight_;
   arm();
 }
 
+std::size_t FaultyLink::queued_bytes() const {
+  serialise(Clock::now());
+  return inner_->queued_bytes() + queued_;
+}
+
+bool FaultyLink::serialise(Clock::time_point now) const {
+  bool moved = false;
+  while (in_flight_ < delayed_.size() && delayed_[in_flight_].sent <= now) {
+    queued_ -= delayed_[in_flight_].frame.wire_size();
+    ++in_flight_;
+    moved = true;
+  }
+  return moved;
+}
+
+// One timer for both events: the next frame to arrive and the next to leave the queue.
 void FaultyLink::arm() {
-  if (timer_armed_ || delayed_.empty()) return;
+  if (delayed_.empty()) return;
+  auto next = delayed_.front().at;
+  if (in_flight_ < delayed_.size()) next = std::min(next, delayed_[in_flight_].sent);
+  if (timer_armed_ && timer_at_ <= next) return;
   timer_armed_ = true;
-  timer_.expires_at(delayed_.front().at);
-  timer_.async_wait([self = shared_from_this()](boost::system::error_code) {
+  timer_at_ = next;
+  timer_.expires_at(next);  // cancels a later wait (its handler sees operation_aborted)
+  timer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+    if (ec == boost::asio::error::operation_aborted) return;
     self->timer_armed_ = false;
     self->release();
   });
@@ -86,17 +109,16 @@ void FaultyLink::arm() {
 void FaultyLink::release() {
   if (closed_) return;
   const auto now = Clock::now();
-  bool released = false;
+  // Frames waiting to be serialised count in queued_bytes(): tell the session when some left,
+  // or a sender that stopped at its limit would wait for its own timer.
+  const bool drained = serialise(now);
   while (!delayed_.empty() && delayed_.front().at <= now) {
-    delayed_bytes_ -= delayed_.front().frame.wire_size();
     inner_->send(std::move(delayed_.front().frame));
     delayed_.pop_front();
-    released = true;
+    --in_flight_;  // delivered frames were serialised first (sent <= at)
   }
   arm();
-  // Frames held here count in queued_bytes(): tell the session when room opened up, or a
-  // sender that stopped at its high-water mark would wait for its next tick (seconds).
-  if (released)
+  if (drained)
     if (auto h = handler_.lock()) h->on_writable();
 }
 
@@ -107,7 +129,7 @@ void FaultyLink::close(std::error_code reason, bool flush) {
     for (auto& d : delayed_) inner_->send(std::move(d.frame));
   }
   delayed_.clear();
-  delayed_bytes_ = 0;
+  in_flight_ = queued_ = 0;
   closed_ = true;
   timer_.cancel();
   inner_->close(reason, flush);
@@ -117,7 +139,7 @@ void FaultyLink::cut() {
   if (closed_) return;
   closed_ = true;
   delayed_.clear();
-  delayed_bytes_ = 0;
+  in_flight_ = queued_ = 0;
   timer_.cancel();
   inner_->close(make_error_code(errc::connection_truncated), false);
 }

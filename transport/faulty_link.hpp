@@ -3,6 +3,10 @@
 // TcpLink or a MemLink alike, so the same knobs work over real sockets and in memory.
 //
 // Knobs act on frames this side sends (latency, jitter, bandwidth, loss, fail_after_frames);
+// a frame is first serialised at the bandwidth (it waits in the link's queue, as in a router's
+// buffer) and then travels for the latency (in flight, like bytes inside the network: they no
+// longer count in queued_bytes(), so a sender keeps a bandwidth-delay product in flight as it
+// would over TCP; on_writable() fires as the queue drains, not when frames arrive);
 // `hang` swallows frames in both directions (a frozen peer: nothing arrives, nothing is
 // answered, the connection stays open); FaultPlan::disconnect() cuts links abruptly.
 // Random choices come from the plan's seeded generator: the same seed drops the same frames.
@@ -67,7 +71,8 @@ class FaultyLink final : public Link,
   const PeerInfo& peer() const override { return inner_->peer(); }
   void start(std::weak_ptr<LinkHandler> handler) override;
   void send(Frame f) override;
-  std::size_t queued_bytes() const override { return inner_->queued_bytes() + delayed_bytes_; }
+  /// The inner link's queue plus the frames not serialised yet (not those in flight).
+  std::size_t queued_bytes() const override;
   void close(std::error_code reason, bool flush) override;
 
   // LinkHandler (from the inner link)
@@ -79,9 +84,12 @@ class FaultyLink final : public Link,
 
  private:
   struct Delayed {
-    Clock::time_point at;
+    Clock::time_point sent;  ///< serialised (left the queue, in flight from here)
+    Clock::time_point at;    ///< delivered
     Frame frame;
   };
+  /// Moves the frames serialised by `now` out of the queue; true if any moved.
+  bool serialise(Clock::time_point now) const;
   void arm();
   void release();
 
@@ -90,8 +98,11 @@ class FaultyLink final : public Link,
   boost::asio::steady_timer timer_;
   std::weak_ptr<LinkHandler> handler_;
   std::deque<Delayed> delayed_;
-  std::size_t delayed_bytes_ = 0;
-  Clock::time_point last_at_{}, busy_until_{};
+  // delayed_[0, in_flight_) are serialised; the rest, queued_ bytes, wait to be (both updated
+  // lazily from the clock, hence mutable: queued_bytes() is const).
+  mutable std::size_t in_flight_ = 0;
+  mutable std::size_t queued_ = 0;
+  Clock::time_point last_at_{}, busy_until_{}, timer_at_{};
   std::size_t sent_ = 0;
   bool closed_ = false;
   bool timer_armed_ = false;

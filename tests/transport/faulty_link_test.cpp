@@ -9,6 +9,13 @@ namespace grove::transport {
 namespace {
 using namespace test;
 
+// Drops what arrives of a stream and reports its end.
+struct NullSink : StreamSink {
+  void on_data(Chunk) override {}
+  void on_end(std::error_code ec) override { p.set_value(ec); }
+  std::promise<std::error_code> p;
+};
+
 class FaultTest : public ::testing::TestWithParam<bool> {  // true = in-memory
  protected:
   void SetUp() override {
@@ -103,12 +110,7 @@ TEST_P(FaultTest, BandwidthLimitThrottlesAStream) {
   FaultConfig c;
   c.bandwidth_bytes_per_sec = 4e6;  // 4 MB/s
   make(c);
-  struct Null : StreamSink {
-    void on_data(Chunk) override {}
-    void on_end(std::error_code ec) override { p.set_value(ec); }
-    std::promise<std::error_code> p;
-  };
-  auto sink = std::make_shared<Null>();
+  auto sink = std::make_shared<NullSink>();
   b_->accept_streams("s", [&](const PeerInfo&, IncomingStream&) { return sink; });
   std::promise<std::error_code> sent;
   const auto t0 = Clock::now();
@@ -119,6 +121,31 @@ TEST_P(FaultTest, BandwidthLimitThrottlesAStream) {
   EXPECT_EQ(await(f, 20s), std::error_code());
   // 2 MiB at 4 MB/s takes at least ~0.52 s.
   EXPECT_GE(Clock::now() - t0, Duration(500));
+}
+
+TEST_P(FaultTest, LatencyDoesNotCutAStreamsRate) {
+  // Frames in flight (serialised, travelling for the latency) are not in the sender's queue, so
+  // the session keeps a bandwidth-delay product in flight as over TCP. When they counted as
+  // queued, the session's ~10 ms data queue held the link to a fraction of its rate: a pair
+  // exchange at 100 Mbit/s and 100 ms RTT took 2.5x its bytes' time.
+  FaultConfig c;
+  c.bandwidth_bytes_per_sec = 8e6;
+  c.latency = Duration(100);
+  make(c);
+  auto sink = std::make_shared<NullSink>();
+  b_->accept_streams("s", [&](const PeerInfo&, IncomingStream&) { return sink; });
+  ASSERT_TRUE(call(a_, PeerRef::at(b_->address()), "echo", "connect", 5s));
+  std::promise<std::error_code> sent;
+  const auto t0 = Clock::now();
+  a_->send_stream(PeerRef::at(b_->address()), "s", Bytes(),
+                  std::make_shared<PatternSource>(8 << 20, 1),
+                  [&](std::error_code ec) { sent.set_value(ec); });
+  auto f = sent.get_future();
+  EXPECT_EQ(await(f, 30s), std::error_code());
+  // 8 MiB at 8 MB/s: 1.05 s, plus an open and a confirmation (two round trips, 0.4 s).
+  const auto took = Clock::now() - t0;
+  EXPECT_GE(took, Duration(1000));
+  EXPECT_LT(took, Duration(2000)) << std::chrono::duration_cast<Duration>(took).count() << " ms";
 }
 
 TEST_P(FaultTest, HangSwallowsBothWays) {
