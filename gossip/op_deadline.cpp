@@ -48,6 +48,12 @@ Time OpDeadlines::deadline_for(std::uint64_t bytes) const {
   return o_.floor + Time(static_cast<std::int64_t>(std::ceil(std::min(ms, 1e15))));
 }
 
+Time OpDeadlines::silence_for(std::uint64_t bytes, Time floor) const {
+  if (!measured()) return floor;  // the assumed rate is a guess: the configured floor stands
+  const double ms = o_.margin * static_cast<double>(bytes) * 1000.0 / rate();
+  return std::max(floor, Time(static_cast<std::int64_t>(std::ceil(std::min(ms, 1e15)))));
+}
+
 std::string OpDeadlines::describe(std::uint64_t bytes) const {
   char buf[160];
   std::snprintf(buf, sizeof buf, "deadline %.0f s (%.2f GB at %.1f MB/s %s, x%g, floor %.0f s)",

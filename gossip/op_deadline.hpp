@@ -42,6 +42,11 @@ class OpDeadlines {
   bool measured() const { return measured_ > 0; }
   /// floor + margin × bytes / rate().
   Time deadline_for(std::uint64_t bytes) const;
+  /// How long a peer may stay silent within an operation: margin × the time `bytes` (what
+  /// arrives between two of its messages) take at the measured rate(), at least `floor` (just
+  /// `floor` before a rate is measured). On links slower than the floor assumes, a stall timer
+  /// must not fire between two messages.
+  Time silence_for(std::uint64_t bytes, Time floor) const;
   /// "deadline 412 s (1.20 GB at 8.7 MB/s measured, ×3, floor 60 s)", for the logs.
   std::string describe(std::uint64_t bytes) const;
 

@@ -323,7 +323,7 @@ class RoundEngine {
   std::uint64_t state_gen_ = 0;
   std::vector<std::shared_ptr<const StateSnapshot>> retired_;
   /// The deadline of an averaging op that sends `bytes` (logged).
-  Time op_deadline(const char* what, std::size_t members, std::uint64_t bytes) const;
+  Time op_deadline(const char* what, std::size_t members, std::uint64_t bytes, Time silence) const;
 
   dht::RecordStore& store_;
   dht::Membership& members_;

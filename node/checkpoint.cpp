@@ -242,7 +242,8 @@ std::error_code write_file_atomically(const std::filesystem::path& path,
   return write_pieces_atomically(path, [&](const auto& sink) { return sink(data); });
 }
 
-std::error_code save_checkpoint(const std::filesystem::path& dir, const Checkpoint& c) {
+std::error_code save_checkpoint(const std::filesystem::path& dir, const Checkpoint& c,
+                                bool keep_previous) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return ec;
@@ -253,7 +254,12 @@ std::error_code save_checkpoint(const std::filesystem::path& dir, const Checkpoi
   if ((ec = write_pieces_atomically(next,
                                     [&](const auto& sink) { return emit_checkpoint(c, sink); })))
     return ec;
-  if (std::filesystem::exists(cur) && ::rename(cur.c_str(), prev.c_str()) != 0) return last_error();
+  if (keep_previous) {
+    if (std::filesystem::exists(cur) && ::rename(cur.c_str(), prev.c_str()) != 0)
+      return last_error();
+  } else {
+    ::unlink(prev.c_str());  // older than `cur`, which stays complete until the rename
+  }
   if (::rename(next.c_str(), cur.c_str()) != 0) return last_error();
   fsync_dir(dir);
   return {};

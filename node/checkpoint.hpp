@@ -9,8 +9,9 @@
 //
 // Writing: the new checkpoint is first written atomically as `checkpoint.next` (temporary file,
 // fsync, rename, fsync of the directory); then `checkpoint.bin` is renamed to `checkpoint.prev`
-// and `checkpoint.next` to `checkpoint.bin`. A kill at any instant leaves at least one complete
-// checkpoint; load_latest() tries next, bin, prev in that order (newest first) and skips
+// and `checkpoint.next` to `checkpoint.bin` (for a state of 1 GB or more no `.prev` is kept:
+// `checkpoint.next` replaces `checkpoint.bin` in one rename). A kill at any instant leaves a
+// complete checkpoint; load_latest() tries next, bin, prev in that order (newest first) and skips
 // damaged files and temporaries.
 #pragma once
 
@@ -55,8 +56,17 @@ transport::Result<Checkpoint> decode_checkpoint_from(std::uint64_t size,
                                                      const optim::FloatAllocator& alloc = {});
 
 /// Writes `c` into `dir` atomically (see above). Returns the error, if any (logged by the caller:
-/// a failed checkpoint is not fatal, the previous one stays).
-std::error_code save_checkpoint(const std::filesystem::path& dir, const Checkpoint& c);
+/// a failed checkpoint is not fatal, the previous one stays). With `keep_previous` the one it
+/// replaces stays as checkpoint.prev (a fallback should the newest be damaged later); without,
+/// the new file replaces it in one rename and no .prev is kept: the disk holds one checkpoint,
+/// two while one is written.
+std::error_code save_checkpoint(const std::filesystem::path& dir, const Checkpoint& c,
+                                bool keep_previous = true);
+/// Whether a checkpoint of `outer_bytes` keeps the previous one: below 1 GB (at 8B parameters
+/// a second copy would be 64 GB).
+inline bool keeps_previous_checkpoint(std::uint64_t outer_bytes) {
+  return outer_bytes < 1'000'000'000;
+}
 /// The newest complete checkpoint in `dir` (checkpoint.bin, else checkpoint.prev); nullopt when
 /// there is none. A damaged file is passed over and reported in `skipped`.
 struct LoadedCheckpoint {

@@ -30,7 +30,10 @@ void CheckpointWriter::run() {
     busy_ = true;
     lk.unlock();
     const auto t0 = std::chrono::steady_clock::now();
-    const auto ec = save_checkpoint(dir_, c);
+    const auto ec =
+        save_checkpoint(dir_, c,
+                        keeps_previous_checkpoint(c.outer_blob ? c.outer_blob->size()
+                                                               : optim::serialized_size(c.outer)));
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (ec) spdlog::error("checkpoint not written ({}); the previous one stays", ec.message());
     lk.lock();

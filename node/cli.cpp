@@ -224,7 +224,8 @@ Node options (any node):
   --checkpoint-every N    write a checkpoint every N rounds
   --checkpoint-minutes M  write a checkpoint every M minutes (with --checkpoint-every: whichever
                           comes first); default: every round while the outer state (8 bytes a
-                          parameter) is under 1 GB, else every 10 minutes
+                          parameter) is under 1 GB, else every 10 minutes. Under 1 GB the
+                          previous checkpoint is kept too (checkpoint.prev); above, one
   --metrics FILE          append one JSON object per event (JSON lines)
   --threads N             compute threads (default: all)
   --log-level LEVEL       trace, debug, info, warn, error or off (default info)

@@ -461,6 +461,11 @@ void Loop::over_phi(
           return;
         }
         gen = e.state_generation();
+        // The next fragment of φ and θ is read in while this one is worked on: under memory
+        // pressure (a 500M state is 12 GB of files per node) a fragment paged in from the disk
+        // inside its job held the strand for seconds.
+        phi.prefetch(hi, hi + optim::kFragment);
+        theta_.prefetch(hi, hi + optim::kFragment);
         fn(e, lo, hi);
         phi.release(lo, hi);
         t_.progress.round = e.state().round;

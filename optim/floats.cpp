@@ -82,6 +82,11 @@ void Floats::release(std::size_t lo, std::size_t hi) const {
   if (pages_ && lo < hi) pages_->release(lo, std::min(hi, size_));
 }
 
+void Floats::prefetch(std::size_t lo, std::size_t hi) const {
+  hi = std::min(hi, size_);
+  if (pages_ && lo < hi) pages_->prefetch(lo, hi);
+}
+
 bool operator==(const Floats& a, const Floats& b) {
   return a.size_ == b.size_ && std::equal(a.begin(), a.end(), b.begin());
 }
@@ -94,6 +99,8 @@ void by_fragments(std::size_t n, const std::function<void(std::size_t, std::size
                   std::initializer_list<const Floats*> arrays) {
   for (std::size_t lo = 0; lo < n; lo += kFragment) {
     const std::size_t hi = std::min(n, lo + kFragment);
+    for (const Floats* a : arrays)
+      if (a) a->prefetch(hi, hi + kFragment);
     fn(lo, hi);
     for (const Floats* a : arrays)
       if (a) a->release(lo, hi);

@@ -27,6 +27,9 @@ class FloatPages {
   /// The values in [lo, hi) are not needed for a while: their pages may leave the process's
   /// memory (the values are kept). Pages that straddle the range's ends stay.
   virtual void release(std::size_t lo, std::size_t hi) = 0;
+  /// The values in [lo, hi) will be needed soon: start reading them in, without waiting (a pass
+  /// over a paged array reads its next fragment while it works on this one).
+  virtual void prefetch(std::size_t /*lo*/, std::size_t /*hi*/) {}
 };
 /// Makes pages for n floats (nullptr: none could be made; the caller falls back to the heap).
 using FloatAllocator = std::function<std::unique_ptr<FloatPages>(std::size_t n)>;
@@ -71,6 +74,8 @@ class Floats {
   /// See FloatPages::release (nothing on the heap). Const: the values do not change.
   void release(std::size_t lo, std::size_t hi) const;
   void release() const { release(0, size_); }
+  /// See FloatPages::prefetch (nothing on the heap).
+  void prefetch(std::size_t lo, std::size_t hi) const;
   bool paged() const { return pages_ != nullptr; }
 
   friend bool operator==(const Floats& a, const Floats& b);
@@ -85,7 +90,8 @@ class Floats {
 };
 
 /// Runs fn(lo, hi) over [0, n) a fragment at a time (kFragment values), then releases that
-/// fragment of every array in `arrays` (the values fn touched).
+/// fragment of every array in `arrays` (the values fn touched); their next fragment is
+/// prefetched before fn runs.
 void by_fragments(std::size_t n, const std::function<void(std::size_t, std::size_t)>& fn,
                   std::initializer_list<const Floats*> arrays = {});
 

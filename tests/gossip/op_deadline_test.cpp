@@ -38,6 +38,20 @@ TEST(OpDeadlines, FollowsTheMeasuredRateButNeverBelowTheLeastRate) {
   EXPECT_DOUBLE_EQ(slow.rate(), 256.0 * 1024);
 }
 
+TEST(OpDeadlines, SilenceScalesWithTheBytesBetweenTwoMessagesAboveItsFloor) {
+  OpDeadlines d;
+  const std::uint64_t chunk = 512 * 1024;                         // fp16 of 2^18 values
+  EXPECT_EQ(d.silence_for(3 * chunk, Time(2'000)), Time(2'000));  // nothing measured: the floor
+  d.observe(1'000'000, Time(4'000));  // 250 kB/s measured: below the least rate, 256 KiB/s
+  // 3 × 2 s, under the 10 s floor; three partners' chunks between two of one's: 18 s.
+  EXPECT_EQ(d.silence_for(chunk, Time(10'000)), Time(10'000));
+  EXPECT_EQ(d.silence_for(3 * chunk, Time(10'000)), Time(18'000));
+  OpDeadlines fast;
+  fast.observe(1'000'000'000, Time(100'000));  // 10 MB/s: the floor again
+  EXPECT_EQ(fast.silence_for(3 * chunk, Time(10'000)), Time(10'000));
+  EXPECT_EQ(fast.silence_for(100'000'000, Time(10'000)), Time(30'000));
+}
+
 TEST(OpDeadlines, WireBytesOfTheRing) {
   EXPECT_EQ(allreduce_wire_bytes(WireCodec::fp16, 1000, 1), 0u);
   EXPECT_EQ(allreduce_wire_bytes(WireCodec::fp16, 1000, 2), 2000u);  // 2 · (1/2) · 2000

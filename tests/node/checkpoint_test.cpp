@@ -84,6 +84,21 @@ TEST(Checkpoint, SaveThenLoadTheNewest) {
   EXPECT_TRUE(fs::exists(d.path / "checkpoint.prev"));
 }
 
+TEST(Checkpoint, ALargeStateKeepsOneCheckpoint) {
+  TempDir d;
+  ASSERT_FALSE(save_checkpoint(d.path, sample(1)));
+  ASSERT_FALSE(save_checkpoint(d.path, sample(2)));
+  ASSERT_TRUE(fs::exists(d.path / "checkpoint.prev"));
+  ASSERT_FALSE(save_checkpoint(d.path, sample(3), /*keep_previous=*/false));
+  EXPECT_FALSE(fs::exists(d.path / "checkpoint.prev"));
+  EXPECT_FALSE(fs::exists(d.path / "checkpoint.next"));
+  auto [c, why] = load_latest(d.path);
+  ASSERT_TRUE(c) << why;
+  EXPECT_EQ(c->step, 3u);
+  EXPECT_TRUE(keeps_previous_checkpoint(999'999'999));
+  EXPECT_FALSE(keeps_previous_checkpoint(4'000'000'000));  // 500M parameters
+}
+
 // A kill can stop a save after any of its steps; reproduce the files each state leaves and
 // check that the newest complete checkpoint loads.
 TEST(Checkpoint, AKillAtAnyStepOfASaveLeavesACompleteCheckpoint) {

@@ -9,15 +9,21 @@
 namespace grove::optim {
 namespace {
 
-// Pages on the heap that record what was released.
+using Ranges = std::vector<std::pair<std::size_t, std::size_t>>;
+
+// Pages on the heap that record what was released (and prefetched).
 struct Recorded final : FloatPages {
   std::vector<float> v;
-  std::vector<std::pair<std::size_t, std::size_t>>* released;
-  Recorded(std::size_t n, std::vector<std::pair<std::size_t, std::size_t>>* r)
-      : v(n, 0.0f), released(r) {}
+  Ranges* released;
+  Ranges* prefetched;
+  Recorded(std::size_t n, Ranges* r, Ranges* p = nullptr)
+      : v(n, 0.0f), released(r), prefetched(p) {}
   float* data() override { return v.data(); }
   std::size_t size() const override { return v.size(); }
   void release(std::size_t lo, std::size_t hi) override { released->emplace_back(lo, hi); }
+  void prefetch(std::size_t lo, std::size_t hi) override {
+    if (prefetched) prefetched->emplace_back(lo, hi);
+  }
 };
 
 TEST(Floats, OnTheHeapItBehavesLikeAVector) {
@@ -43,7 +49,7 @@ TEST(Floats, OnTheHeapItBehavesLikeAVector) {
 }
 
 TEST(Floats, PagesAreKeptByMovesAndSameSizeCopiesAndReleasedByFragment) {
-  std::vector<std::pair<std::size_t, std::size_t>> released;
+  Ranges released;
   const std::size_t n = 2 * kFragment + 5;
   const FloatAllocator alloc = [&](std::size_t k) {
     return std::make_unique<Recorded>(k, &released);
@@ -52,8 +58,7 @@ TEST(Floats, PagesAreKeptByMovesAndSameSizeCopiesAndReleasedByFragment) {
   ASSERT_TRUE(p.paged());
   EXPECT_EQ(p[n - 1], 0.0f);
   by_fragments(n, [&](std::size_t lo, std::size_t hi) { p[lo] = static_cast<float>(hi); }, {&p});
-  EXPECT_EQ(released, (std::vector<std::pair<std::size_t, std::size_t>>{
-                          {0, kFragment}, {kFragment, 2 * kFragment}, {2 * kFragment, n}}));
+  EXPECT_EQ(released, (Ranges{{0, kFragment}, {kFragment, 2 * kFragment}, {2 * kFragment, n}}));
   EXPECT_EQ(p[kFragment], static_cast<float>(2 * kFragment));
   Floats moved = std::move(p);
   EXPECT_TRUE(moved.paged());
@@ -71,6 +76,26 @@ TEST(Floats, PagesAreKeptByMovesAndSameSizeCopiesAndReleasedByFragment) {
   EXPECT_FALSE(Floats::zeros(10, {}).paged());
   EXPECT_FALSE(Floats::zeros(10, [](std::size_t) { return nullptr; }).paged());
   EXPECT_EQ(Floats::zeros(10, {}), std::vector<float>(10, 0.0f));
+}
+
+TEST(Floats, AFragmentWalkPrefetchesTheNextFragmentBeforeWorkingOnOne) {
+  Ranges released, prefetched, order;
+  const std::size_t n = 2 * kFragment + 5;
+  Floats p = Floats::zeros(
+      n, [&](std::size_t k) { return std::make_unique<Recorded>(k, &released, &prefetched); });
+  by_fragments(n,
+               [&](std::size_t lo, std::size_t hi) {
+                 order.emplace_back(prefetched.size(),
+                                    lo);  // how many prefetches came before this one
+                 p[hi - 1] = 1.0f;
+               },
+               {&p});
+  // The next fragment (clipped to the array; none after the last) before each fragment's work.
+  EXPECT_EQ(prefetched, (Ranges{{kFragment, 2 * kFragment}, {2 * kFragment, n}}));
+  EXPECT_EQ(order, (Ranges{{1, 0}, {2, kFragment}, {2, 2 * kFragment}}));
+  p.prefetch(n, n + 10);  // past the end: nothing asked of the pages
+  EXPECT_EQ(prefetched.size(), 2u);
+  Floats{1.0f, 2.0f}.prefetch(0, 2);  // nothing to do on the heap
 }
 
 }  // namespace
