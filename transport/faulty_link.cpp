@@ -84,7 +84,6 @@ bool FaultyLink::serialise(Clock::time_point now) {
   while (in_flight_ < delayed_.size() && delayed_[in_flight_].sent <= now) {
     queued_ -= delayed_[in_flight_].frame.wire_size();
     ++in_flight_;
-    ++serialised_;
     moved = true;
   }
   return moved;
@@ -111,9 +110,7 @@ void FaultyLink::release() {
   const auto now = Clock::now();
   // Frames waiting to be serialised count in queued_bytes(): tell the session when some left,
   // or a sender that stopped at its limit would wait for its own timer.
-  serialise(now);
-  const bool drained = serialised_ != told_;
-  told_ = serialised_;
+  const bool drained = serialise(now);
   while (!delayed_.empty() && delayed_.front().at <= now) {
     inner_->send(std::move(delayed_.front().frame));
     delayed_.pop_front();

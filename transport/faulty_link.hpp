@@ -105,7 +105,6 @@ class FaultyLink final : public Link,
   // frames.
   std::size_t in_flight_ = 0;
   std::size_t queued_ = 0;
-  std::uint64_t serialised_ = 0, told_ = 0;  // frames serialised, and as far as told
   Clock::time_point last_at_{}, busy_until_{}, timer_at_{};
   std::size_t sent_ = 0;
   bool closed_ = false;
