@@ -25,6 +25,8 @@ const char* to_string(RoundReport::Kind k) {
       return "sync_failed";
     case RoundReport::Kind::sync_progress:
       return "sync_progress";
+    case RoundReport::Kind::saved:
+      return "saved";
   }
   return "?";
 }
@@ -311,8 +313,34 @@ std::shared_ptr<StepWork> RoundEngine::step_work(StepWork::Kind kind) {
   w->noloco = opts_.noloco;
   w->diloco = opts_.diloco;
   w->threads = opts_.threads;
-  if (opts_.serve_state && server_) w->store = opts_.blobs;
+  if (opts_.serve_state && server_ && snapshot_due(store_.now())) {
+    w->store = opts_.blobs;
+    want_snapshot_ = false;
+  }
   return w;
+}
+
+bool RoundEngine::snapshot_due(Time now) const {
+  if (opts_.snapshot_every <= Time(0) || !state_blob_ || want_snapshot_ ||
+      round_mode_ == OuterMode::diloco)
+    return true;
+  return opts_.snapshot_every != Time::max() && now - last_snapshot_ >= opts_.snapshot_every;
+}
+
+bool RoundEngine::snapshot_now() {
+  if (!has_state_ || phase_ != Phase::idle || !opts_.serve_state || !server_) return false;
+  if (state_blob_ && blob_round_ == state_.round) return false;
+  auto w = std::make_shared<StepWork>();
+  w->kind = StepWork::Kind::save;
+  w->state = std::move(state_);  // (as for a step: the job holds φ and the momentum)
+  state_ = {};
+  state_.round = w->state.round;
+  ++state_gen_;
+  w->hash = phi_hash_;
+  w->store = opts_.blobs;
+  want_snapshot_ = false;
+  hand_over(std::move(w));
+  return true;
 }
 
 std::shared_ptr<StepWork> RoundEngine::local_step(RoundReport& r) {
@@ -401,6 +429,19 @@ void RoundEngine::on_step_done(std::uint64_t seq, Time now) {
   if (phase_ != Phase::stepping || seq != step_seq_ || !step_) return;
   const auto w = std::exchange(step_, nullptr);
   if (w->kind == StepWork::Kind::parse || w->kind == StepWork::Kind::replay) return synced(w, now);
+  if (w->kind == StepWork::Kind::save) {
+    state_ = std::move(w->state);
+    ++state_gen_;
+    phase_ = Phase::idle;
+    publish_state(std::move(w->blob));
+    RoundReport r;
+    r.kind = RoundReport::Kind::saved;
+    r.round = state_.round;
+    r.mode = mode_of(state_.round);
+    r.weights_hash = phi_hash_;
+    reports_.push_back(std::move(r));
+    return;
+  }
   RoundReport r = std::exchange(step_report_, {});
   state_ = std::move(w->state);
   ++state_gen_;

@@ -71,6 +71,15 @@ struct RoundOptions {
   Time mode_poll{5'000};
   std::uint64_t mode_lead = 2;  ///< a mode request names a round at least this far ahead
   bool serve_state = true;      ///< keep snapshots for joiners and announce them
+  /// How often a NoLoCo round's new state gets a snapshot (its binary form, served to joiners and
+  /// written into checkpoints): 0 = every new state. A large state's snapshot writes and hashes
+  /// 8 bytes a parameter (GBs a round), so the node makes one at its checkpoints' cadence (and
+  /// when it asks: want_snapshot(); Time::max(): only then). The first state, every synced state
+  /// and every
+  /// DiLoCo round's state always get one: a DiLoCo member catching up needs the group's state of
+  /// the round, while a NoLoCo joiner may start from a member's φ of some rounds ago (its
+  /// partners average it in). The last snapshot is served and offered meanwhile.
+  Time snapshot_every{0};
   Time offer_ttl{600'000};
   std::uint32_t snapshot_chunk = 4u << 20;
   /// Where the state's binary form is kept: the snapshots served, the downloads (nullptr: in
@@ -108,6 +117,7 @@ struct RoundReport {
     /// a state sync under way verified more of the state (at most about once a second):
     /// sync_bytes of sync_total at sync_rate
     sync_progress,
+    saved,  ///< the snapshot that snapshot_now() began is written: state_blob() holds it
   };
   Kind kind = Kind::round;
   std::uint64_t round = 0;  ///< round: the round that ended; synced: the round we are at now
@@ -189,6 +199,15 @@ class RoundEngine {
   /// of RoundOptions::blobs: the snapshot served to joiners; nullptr when the engine serves none.
   /// The node writes its checkpoints from it, so the state is serialised once per round.
   std::shared_ptr<const StateBlob> state_blob() const { return state_blob_; }
+  /// The round of state_blob(): an earlier one than state()'s when the last new states got no
+  /// snapshot (RoundOptions::snapshot_every).
+  std::uint64_t state_blob_round() const { return blob_round_; }
+  /// The next new state gets a snapshot whatever snapshot_every says.
+  void want_snapshot() { want_snapshot_ = true; }
+  /// A snapshot of the state as it is, when it has none and the engine is idle (a node leaving
+  /// between rounds): a job writes it and a `saved` report follows. False when none is begun:
+  /// the snapshot is current, or the engine is not idle (then the next new state gets one).
+  bool snapshot_now();
   /// Overlap: the fast weights trained during the round, mixed with the new slow weights:
   /// θ = α·θ + (1−α)·φ (the next Δ is still taken against φ).
   void mix(std::span<float> theta, float alpha = 0.5f) const { mix_part(theta, 0, alpha); }
@@ -342,6 +361,11 @@ class RoundEngine {
   std::shared_ptr<const StateBlob> state_blob_;  // state_ in its binary form
   std::uint64_t snapshot_seq_ = 0;               // of the latest job
   std::uint64_t state_job_ = 0;                  // the job of state_'s snapshot
+  std::uint64_t blob_round_ = 0;                 // state_blob_'s round
+  Time last_snapshot_{0};                        // when state_blob_ was made
+  bool want_snapshot_ = false;
+  /// Whether the new state of a step begun now gets a snapshot (RoundOptions::snapshot_every).
+  bool snapshot_due(Time now) const;
   /// The round's mean Δ kept as a delta (`blob`, of the step from φ of hash `from`): a snapshot
   /// job, served and listed in the offer once built.
   void serve_delta(std::shared_ptr<const StateBlob> blob, const Digest& from);

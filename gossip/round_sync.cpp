@@ -27,11 +27,16 @@ void RoundEngine::after_state(Time) {
 
 void RoundEngine::publish_state(std::shared_ptr<const StateBlob> blob) {
   publish_self("training");
+  // No snapshot of this state (snapshot_every, or it could not be written): the last one stays
+  // served and offered.
+  if (!blob) return;
   // The snapshot offered now is served until the new one is added (StateServer::add prunes):
   // a joiner that read its offer finds it while the new one is hashed. (Its blob is a file.)
   state_blob_ = std::move(blob);
+  blob_round_ = state_.round;
+  last_snapshot_ = store_.now();
   snapshot_jobs_.clear();  // (a job not taken yet is of an older state)
-  if (!state_blob_ || !opts_.serve_state || !server_) return;
+  if (!opts_.serve_state || !server_) return;
   state_job_ = ++snapshot_seq_;
   snapshot_jobs_.push_back({state_job_, state_.round, run_id_, state_blob_, opts_.snapshot_chunk});
 }

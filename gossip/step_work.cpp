@@ -74,6 +74,9 @@ void StepWork::run() {
   switch (kind) {
     case Kind::none:
       break;
+    case Kind::save:
+      hashed = true;
+      break;
     case Kind::local:
       if (mode == OuterMode::noloco && noloco.one_tensor()) {
         optim::by_fragments(n,

@@ -44,6 +44,7 @@ struct StepWork {
     diloco_ring,  ///< DiLoCo with the all-reduce's mean Δ (or mean φ ‖ mean Δ)
     parse,        ///< a downloaded state: `blob` parsed into `state` (no step)
     replay,       ///< downloaded deltas applied to `state` (gossip/state_delta.hpp)
+    save,         ///< no step: the state's snapshot only (`hash` is φ's, given)
   } kind = Kind::none;
   optim::OuterState state;  ///< in: φ, momentum, the round after the step; out: the new state
   OuterMode mode = OuterMode::noloco;

@@ -67,6 +67,12 @@ std::error_code save_checkpoint(const std::filesystem::path& dir, const Checkpoi
 inline bool keeps_previous_checkpoint(std::uint64_t outer_bytes) {
   return outer_bytes < 1'000'000'000;
 }
+/// Whether a model of `params` parameters has a large outer state (φ and the momentum, 8 bytes a
+/// parameter: 1 GB or more). Its node checkpoints by time and snapshots its state only for its
+/// checkpoints (node/training_loop.cpp, gossip::RoundOptions::snapshot_every).
+inline bool large_state(std::size_t params) {
+  return !keeps_previous_checkpoint(8 * std::uint64_t{params});
+}
 /// The newest complete checkpoint in `dir` (checkpoint.bin, else checkpoint.prev); nullopt when
 /// there is none. A damaged file is passed over and reported in `skipped`.
 struct LoadedCheckpoint {

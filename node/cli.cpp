@@ -225,7 +225,9 @@ Node options (any node):
   --checkpoint-minutes M  write a checkpoint every M minutes (with --checkpoint-every: whichever
                           comes first); default: every round while the outer state (8 bytes a
                           parameter) is under 1 GB, else every 10 minutes. Under 1 GB the
-                          previous checkpoint is kept too (checkpoint.prev); above, one
+                          previous checkpoint is kept too (checkpoint.prev); above, only the
+                          newest, and the state is serialised (the snapshot served to joiners)
+                          only at this cadence, not every round
   --metrics FILE          append one JSON object per event (JSON lines)
   --threads N             compute threads (default: all)
   --log-level LEVEL       trace, debug, info, warn, error or off (default info)

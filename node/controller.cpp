@@ -183,6 +183,7 @@ void Controller::on_theta(bool finite, Time now) {
 }
 
 void Controller::on_report(const Report& r, Time now) {
+  if (r.kind == Report::Kind::saved) return;  // a snapshot for the node's checkpoint
   if (phase_ == Phase::joining) {
     if (r.kind == Report::Kind::synced) return start_training(Action::Source::swarm, now);
     if (r.kind == Report::Kind::sync_failed) return join_failed(r.note, now);

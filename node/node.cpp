@@ -31,10 +31,15 @@ std::string random_nonce() {
   return b;
 }
 
-gossip::RoundOptions round_options(const RunConfig& c, unsigned threads,
+gossip::RoundOptions round_options(const RunConfig& c, const CliOptions& cli, std::size_t params,
                                    const std::filesystem::path& state_dir,
                                    optim::FloatAllocator floats) {
   gossip::RoundOptions o;
+  // A large state is snapshotted at the checkpoints' cadence (the training loop asks for the
+  // checkpoints' own), not every round: a snapshot writes and hashes 8 bytes a parameter. The
+  // snapshot served to joiners is then at most that old (and a round).
+  if (large_state(params))
+    o.snapshot_every = dht::Time(std::uint64_t{cli.checkpoint_minutes.value_or(10)} * 60'000);
   // The snapshots served to joiners, the state being downloaded, φ and the momentum: files, not
   // memory.
   o.blobs = state_files(state_dir / "blobs");
@@ -49,7 +54,7 @@ gossip::RoundOptions round_options(const RunConfig& c, unsigned threads,
   o.exchange.codec = codec;
   // The all-reduce sums partial results: a 4-bit code cannot carry them.
   o.allreduce.codec = codec == gossip::WireCodec::e3m0 ? gossip::WireCodec::fp16 : codec;
-  o.threads = threads;
+  o.threads = cli.threads;
   // The window and its margins scale together: a record must be out a quarter window before the
   // close, and the read waits a little for records to spread.
   o.match.window = dht::Time(c.window_ms);
@@ -219,7 +224,7 @@ void Node::Impl::start() {
   members = net->dht()->join(run_name, dht::MembershipOptions{}, self);
   round = gossip::RoundRuntime::create(
       net->host(), net->dht(), net->gossip(), members, net->state_server(), run_name,
-      self.addresses, round_options(config, o.threads, state_dir, floats),
+      self.addresses, round_options(config, o, workload->num_params(), state_dir, floats),
       [this](gossip::RoundReport&& r) { reports.push(std::move(r)); });
   net->attach(members, round, *servers);
   net->on_signal([this](int sig) {

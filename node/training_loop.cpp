@@ -69,7 +69,7 @@ ControllerOptions controller_options(const CliOptions& o, const RunConfig& c, st
   if (o.checkpoint_every || o.checkpoint_minutes) {
     co.checkpoint_every = o.checkpoint_every.value_or(0);
     co.checkpoint_interval = Time(std::uint64_t{o.checkpoint_minutes.value_or(0)} * 60'000);
-  } else if (8.0 * static_cast<double>(params) >= 1e9) {
+  } else if (large_state(params)) {
     co.checkpoint_every = 0;
     co.checkpoint_interval = Time(10 * 60'000);
   }
@@ -118,6 +118,8 @@ class Loop {
   SteadyClock::time_point training_since_{}, last_round_at_{};
   std::shared_ptr<std::atomic<bool>> left_ = std::make_shared<std::atomic<bool>>(false);
   bool left_seen_ = false;
+  bool checkpoint_pending_ = false;  // asked for; the engine's snapshot is of an earlier round
+  void final_checkpoint();
 };
 
 int Loop::run() {
@@ -328,6 +330,10 @@ void Loop::inner_phase() {
 }
 
 void Loop::on_report(gossip::RoundReport r) {
+  if (r.kind == gossip::RoundReport::Kind::saved) {  // the snapshot a checkpoint waits for
+    if (checkpoint_pending_) checkpoint();
+    return;
+  }
   // (A round that ends after the node gave up on it and left is not the node's any more.)
   if (r.kind == gossip::RoundReport::Kind::sync_progress) {
     s_.console.syncing(r.sync_bytes, r.sync_total, r.sync_rate);
@@ -352,6 +358,7 @@ void Loop::on_report(gossip::RoundReport r) {
   // The controller's actions (θ from the new φ, the checkpoint) run before the lines that tell
   // of the round.
   run_actions();
+  if (checkpoint_pending_) checkpoint();  // the new state's snapshot, when it has one
   tally(r);
 }
 
@@ -479,14 +486,23 @@ void Loop::over_phi(
 }
 
 // A checkpoint of the engine's state as the snapshot it serves to joiners (its blob, shared:
-// nothing model-sized is copied; while a step runs it is still the state of its round).
+// nothing model-sized is copied; while a step runs it is still the state of its round). A large
+// state is snapshotted only when asked (RoundOptions::snapshot_every): when its snapshot is of an
+// earlier round, the next new state gets one (or, leaving, the state as it is) and the checkpoint
+// waits for it.
 void Loop::checkpoint() {
   Checkpoint c;
+  bool current = false;
   with_engine([&](gossip::RoundEngine& e) {
     c.round = e.state().round;
     c.outer_blob = e.state_blob();
+    current = c.outer_blob && e.state_blob_round() == c.round;
+    if (current) return;
+    e.want_snapshot();
+    if (ctl_.leaving()) e.snapshot_now();
   });
-  if (!c.outer_blob) return;
+  checkpoint_pending_ = !current;
+  if (!current) return;
   c.config_text = s_.config.to_text();
   c.step = t_.progress.step;
   c.tokens = t_.tokens;
@@ -494,10 +510,38 @@ void Loop::checkpoint() {
   s_.checkpoints.add(std::move(c));
 }
 
+// The last checkpoint, when it waits for the snapshot of the state (a large one): written before
+// the node exits, within a deadline from its size (a write at 20 MB/s, and a minute).
+void Loop::final_checkpoint() {
+  if (!checkpoint_pending_) return;
+  const auto bytes = 8.0 * static_cast<double>(P_);
+  const auto deadline = SteadyClock::now() + std::chrono::seconds(60) +
+                        std::chrono::milliseconds(static_cast<std::int64_t>(bytes / 20e3));
+  spdlog::info("writing the last checkpoint: the state's snapshot first ({:.1f} GB)", bytes / 1e9);
+  while (checkpoint_pending_) {
+    bool stepping = false;
+    with_engine([&](gossip::RoundEngine& e) {
+      e.snapshot_now();
+      stepping = e.stepping();
+    });
+    if (!stepping) {  // idle with the snapshot made, or unable to make one now
+      checkpoint();
+      if (checkpoint_pending_)
+        spdlog::warn("no snapshot of the state can be made now: the last checkpoint stays");
+      return;
+    }
+    if (!s_.reports.wait(deadline) && SteadyClock::now() >= deadline) {
+      spdlog::warn("the state's snapshot was not written in time: the last checkpoint stays");
+      return;
+    }
+  }
+}
+
 // The run's outcome for this node: the trainer told, the last evaluation, stdout and the "stop"
 // metrics event.
 int Loop::finish() {
   if (*exit_ != 0 && !started_) return *exit_;
+  final_checkpoint();
   s_.checkpoints.stop();
   if (s_.external)
     s_.external->say_goodbye(s_.stopping ? "the node was stopped (signal)"

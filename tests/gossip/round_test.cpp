@@ -468,6 +468,71 @@ TEST(RoundEngine, OverlapKeepsTheNodesTrainingWhileTheyAverage) {
   EXPECT_LT(spread[1], 0.6);  // still averaging: the replicas agree far more than their targets
 }
 
+// A large state is snapshotted only when the node asks (RoundOptions::snapshot_every = max): its
+// NoLoCo rounds write no blob, the offer names the last snapshot, a joiner starts from that
+// older φ and pairs at once; want_snapshot() gives the next round's state one, snapshot_now() the
+// state as it is (a `saved` report). DiLoCo rounds are snapshotted every round whatever it says.
+TEST(RoundEngine, ALargeStateIsSnapshottedOnlyWhenAsked) {
+  auto o = fast_options(OuterMode::noloco);
+  o.round.snapshot_every = Time::max();
+  Swarm s(23, o);
+  grow(s, 2, {ms(3000), {}});
+  ASSERT_TRUE(s.run_until([&] { return s.rounds(0) >= 4; }, ms(60'000)));
+  const std::uint64_t first = s.engine(0).state_blob_round();
+  EXPECT_LT(first, 2u);  // the start's (or the join's) snapshot, no round's
+  ASSERT_NE(s.engine(0).state_blob(), nullptr);
+  EXPECT_GE(s.engine(0).state().round, 4u);
+
+  // A joiner takes the last snapshot offered: of an earlier round than the donor's.
+  const std::size_t j = s.join(0, {ms(3000), {}});
+  ASSERT_TRUE(s.run_until([&] { return s.engine(j).has_state(); }, ms(60'000)));
+  const auto synced = std::find_if(s.reports(j).begin(), s.reports(j).end(), [](const auto& r) {
+    return r.kind == RoundReport::Kind::synced;
+  });
+  ASSERT_NE(synced, s.reports(j).end());
+  EXPECT_LT(synced->round, s.engine(0).state().round);
+  const std::size_t j_rounds = s.rounds(j);
+  s.run_for(ms(30'000));
+  std::size_t averaged = 0;
+  for (const auto& r : s.reports(j))
+    averaged += r.kind == RoundReport::Kind::round && !r.local_only;
+  EXPECT_GE(s.rounds(j), j_rounds + 3);
+  EXPECT_GE(averaged, 2u);
+
+  // Asked for: the next round's state has one.
+  s.engine(0).want_snapshot();
+  const std::size_t r0 = s.rounds(0);
+  ASSERT_TRUE(s.run_until([&] { return s.rounds(0) > r0; }, ms(60'000)));
+  EXPECT_EQ(s.engine(0).state_blob_round(), s.engine(0).state().round);
+  ASSERT_TRUE(s.run_until([&] { return s.rounds(0) > r0 + 1 && s.engine(0).idle(); }, ms(60'000)));
+  EXPECT_LT(s.engine(0).state_blob_round(), s.engine(0).state().round);  // not asked again
+
+  // The state as it is, now (between rounds): a job, then a `saved` report.
+  const auto reports = s.reports(0).size();
+  ASSERT_TRUE(s.engine(0).snapshot_now());
+  EXPECT_FALSE(s.engine(0).idle());
+  ASSERT_TRUE(s.run_until(
+      [&] {
+        return std::any_of(s.reports(0).begin() + static_cast<std::ptrdiff_t>(reports),
+                           s.reports(0).end(),
+                           [](const auto& r) { return r.kind == RoundReport::Kind::saved; });
+      },
+      ms(10'000)));
+  EXPECT_EQ(s.engine(0).state_blob_round(), s.engine(0).state().round);
+  EXPECT_FALSE(s.engine(0).snapshot_now());  // current already
+
+  // DiLoCo: every round's state is snapshotted.
+  auto d = fast_options(OuterMode::diloco);
+  d.round.snapshot_every = Time::max();
+  Swarm t(24, d);
+  grow(t, 2, {ms(3000), {}});
+  for (std::size_t k = 0; k < 3; ++k) {
+    const std::size_t r = t.rounds(0);
+    ASSERT_TRUE(t.run_until([&] { return t.rounds(0) > r && t.engine(0).idle(); }, ms(60'000)));
+    EXPECT_EQ(t.engine(0).state_blob_round(), t.engine(0).state().round);
+  }
+}
+
 TEST(RoundEngine, AForgedOfferOfAHugeStateIsNeverTried) {
   Swarm s(20, fast_options(OuterMode::noloco));
   grow(s, 3, {ms(3000), {}});
