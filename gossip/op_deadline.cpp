@@ -48,9 +48,11 @@ Time OpDeadlines::deadline_for(std::uint64_t bytes) const {
   return o_.floor + Time(static_cast<std::int64_t>(std::ceil(std::min(ms, 1e15))));
 }
 
-Time OpDeadlines::silence_for(std::uint64_t bytes, Time floor) const {
+Time OpDeadlines::silence_for(std::uint64_t bytes, Time floor, std::uint64_t op_bytes) const {
   if (!measured()) return floor;  // the assumed rate is a guess: the configured floor stands
-  const double ms = o_.margin * static_cast<double>(bytes) * 1000.0 / rate();
+  const double ms =
+      std::max(o_.margin * static_cast<double>(bytes), static_cast<double>(op_bytes) / 5.0) *
+      1000.0 / rate();
   return std::max(floor, Time(static_cast<std::int64_t>(std::ceil(std::min(ms, 1e15)))));
 }
 

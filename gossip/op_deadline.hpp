@@ -45,8 +45,11 @@ class OpDeadlines {
   /// How long a peer may stay silent within an operation: margin × the time `bytes` (what
   /// arrives between two of its messages) take at the measured rate(), at least `floor` (just
   /// `floor` before a rate is measured). On links slower than the floor assumes, a stall timer
-  /// must not fire between two messages.
-  Time silence_for(std::uint64_t bytes, Time floor) const;
+  /// must not fire between two messages. With `op_bytes` (the whole operation's), also at least
+  /// a fifth of the time those take at the measured rate: the longer an operation runs, the more
+  /// of a loaded machine's stalls it meets (a disk busy flushing, a neighbour parsing a state),
+  /// and waiting longer for a peer that truly hung costs at most a fifth more of it.
+  Time silence_for(std::uint64_t bytes, Time floor, std::uint64_t op_bytes = 0) const;
   /// "deadline 412 s (1.20 GB at 8.7 MB/s measured, ×3, floor 60 s)", for the logs.
   std::string describe(std::uint64_t bytes) const;
 

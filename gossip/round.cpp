@@ -243,13 +243,12 @@ void RoundEngine::on_match(MatchResult m, Time now) {
       tensors->push_back(copy_into(state_.phi, state_.phi.size(), opts_.floats));
     }
     auto o = opts_.exchange;
+    const auto bytes =
+        exchange_wire_bytes(o.codec, tensors->size() * state_.phi.size(), m.group.size() - 1);
     // Between two messages of a partner, a message from each of the others may arrive.
     o.chunk_timeout = op_deadlines_.silence_for(
-        exchange_wire_bytes(o.codec, o.chunk_values, m.group.size() - 1), o.chunk_timeout);
-    o.total_timeout = op_deadline(
-        "exchange", m.group.size(),
-        exchange_wire_bytes(o.codec, tensors->size() * state_.phi.size(), m.group.size() - 1),
-        o.chunk_timeout);
+        exchange_wire_bytes(o.codec, o.chunk_values, m.group.size() - 1), o.chunk_timeout, bytes);
+    o.total_timeout = op_deadline("exchange", m.group.size(), bytes, o.chunk_timeout);
     start.make = [op, self, group = m.group, tensors, o](Time t) -> std::unique_ptr<Protocol> {
       auto core = GroupExchange::create(op, self, group, std::move(*tensors), o, t);
       if (!core) spdlog::warn("the round's exchange was not started: {}", core.text());
@@ -270,11 +269,10 @@ void RoundEngine::on_match(MatchResult m, Time now) {
     // Members start when each has read the window's records: up to a read apart, more when a
     // node's DHT strand is busy.
     o.start_grace = std::max(o.start_grace, opts_.match.window + opts_.match.read_timeout);
-    o.chunk_timeout =
-        op_deadlines_.silence_for(exchange_wire_bytes(o.codec, o.chunk_values, 1), o.chunk_timeout);
-    o.total_timeout =
-        op_deadline("all-reduce", m.group.size(),
-                    allreduce_wire_bytes(o.codec, input->size(), m.group.size()), o.chunk_timeout);
+    const auto bytes = allreduce_wire_bytes(o.codec, input->size(), m.group.size());
+    o.chunk_timeout = op_deadlines_.silence_for(exchange_wire_bytes(o.codec, o.chunk_values, 1),
+                                                o.chunk_timeout, bytes);
+    o.total_timeout = op_deadline("all-reduce", m.group.size(), bytes, o.chunk_timeout);
     start.make = [op, self, ring = m.group, input, out, o](Time t) -> std::unique_ptr<Protocol> {
       auto core = RingAllReduce::create(op, self, ring, std::move(*input), o, t, std::move(*out));
       if (!core) spdlog::warn("the round's all-reduce was not started: {}", core.text());

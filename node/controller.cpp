@@ -120,7 +120,7 @@ void Controller::train(Time now) {
 void Controller::submit(Time now) {
   in_round_ = true;
   last_submit_ = now;
-  round_deadline_ = stopping_ ? now + opts_.stop_grace : Time::max();
+  round_deadline_ = stopping_ ? now + stop_grace() : Time::max();
   push(Kind::submit);
 }
 
@@ -201,6 +201,7 @@ void Controller::on_report(const Report& r, Time now) {
   if (phase_ == Phase::leaving) return;
   const bool is_round = r.kind == Report::Kind::round;
   if (is_round) unpaired_ = r.averaged_with.empty() ? unpaired_ + 1 : 0;
+  if (is_round) last_sync_ = r.sync_time;
   if (opts_.overlap && is_round && (training_ || waiting_)) {
     // θ was trained on meanwhile: pulled toward the new slow weights.
     Action a{Kind::mix};
@@ -255,7 +256,7 @@ void Controller::stop(Time now) {
       return exit(1, "stopped before the swarm's state arrived");
     case Phase::running:
       if (in_round_) {
-        round_deadline_ = std::min(round_deadline_, now + opts_.stop_grace);
+        round_deadline_ = std::min(round_deadline_, now + stop_grace());
         return;
       }
       return leave(now);

@@ -52,8 +52,11 @@ struct ControllerOptions {
   /// A node whose view shows no other member is taken to be alone (patience 0) only once its
   /// view has had time to fill (two membership polls) since training began.
   Time settle{15'000};
-  Time stop_grace{30'000};  ///< the round in flight after stop()
-  Time leave_wait{5'000};   ///< the member record's removal, at most
+  /// The round in flight after stop(): at least this, and twice the last round's sync (a large
+  /// model's exchange over a slow line takes minutes; cutting it loses the round for the partner
+  /// too).
+  Time stop_grace{30'000};
+  Time leave_wait{5'000};  ///< the member record's removal, at most
   /// A checkpoint after every n-th new state (round or sync; 0: not by count), or once
   /// checkpoint_interval has passed since the last one (0: not by time), whichever comes first,
   /// and always when leaving. A model-sized checkpoint is written in the background from the
@@ -169,6 +172,8 @@ class Controller {
   Time round_deadline_{Time::max()};
   Time leave_deadline_{Time::max()};
   Time patience_{0};
+  Time last_sync_{0};  // the last round's, submit to new slow weights
+  Time stop_grace() const { return std::max(opts_.stop_grace, 2 * last_sync_); }
   int unpaired_ = 0;  // rounds in a row that averaged with nobody
   std::uint32_t since_checkpoint_ = 0;
   std::optional<Time> last_checkpoint_;

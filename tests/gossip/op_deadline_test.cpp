@@ -52,6 +52,19 @@ TEST(OpDeadlines, SilenceScalesWithTheBytesBetweenTwoMessagesAboveItsFloor) {
   EXPECT_EQ(fast.silence_for(100'000'000, Time(10'000)), Time(30'000));
 }
 
+// A long operation gives a peer a fifth of its expected time: a 1 GB exchange at 10 MB/s (100 s)
+// 20 s, a 100 MB one still the floor; nothing measured, the floor whatever the size.
+TEST(OpDeadlines, SilenceGrowsWithTheOperationsLength) {
+  const std::uint64_t chunk = 512 * 1024;
+  OpDeadlines fast;
+  fast.observe(1'000'000'000, Time(100'000));  // 10 MB/s
+  EXPECT_EQ(fast.silence_for(chunk, Time(10'000), 1'000'000'000), Time(20'000));
+  EXPECT_EQ(fast.silence_for(chunk, Time(10'000), 100'000'000), Time(10'000));
+  EXPECT_EQ(fast.silence_for(chunk, Time(10'000), 8'000'000'000), Time(160'000));
+  OpDeadlines none;
+  EXPECT_EQ(none.silence_for(chunk, Time(10'000), 8'000'000'000), Time(10'000));
+}
+
 TEST(OpDeadlines, WireBytesOfTheRing) {
   EXPECT_EQ(allreduce_wire_bytes(WireCodec::fp16, 1000, 1), 0u);
   EXPECT_EQ(allreduce_wire_bytes(WireCodec::fp16, 1000, 2), 2000u);  // 2 · (1/2) · 2000

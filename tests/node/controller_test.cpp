@@ -353,6 +353,27 @@ TEST(Controller, StopAfterTheGraceLeavesWithTheRoundInFlight) {
   EXPECT_EQ(kinds(c), (std::vector{K::exit}));
 }
 
+// A round that took 100 s to sync (a large model over a slow line) gets twice that after a stop.
+TEST(Controller, StopGraceGrowsWithTheLastRoundsSync) {
+  Controller c({});
+  into_round(c);
+  auto r = report(Report::Kind::round);
+  r.sync_time = ms(100'000);
+  c.on_report(r, ms(102'000));
+  c.take_actions();
+  c.on_inner_done(ms(1000), 2, ms(103'000));
+  c.take_actions();
+  c.on_theta(kFinite, ms(103'000));
+  c.take_actions();
+  c.stop(ms(110'000));
+  c.take_actions();
+  EXPECT_EQ(c.next_deadline(), ms(310'000));
+  c.on_timer(ms(200'000));
+  EXPECT_TRUE(kinds(c).empty());  // still waiting for the round
+  c.on_timer(ms(310'000));
+  EXPECT_EQ(kinds(c), (std::vector{K::leave, K::checkpoint}));
+}
+
 TEST(Controller, StopDuringAPhaseAbandonsItAndLeavesAtOnce) {
   Controller c({});
   c.begin(StartKind::bootstrap, false, ms(0));
