@@ -301,10 +301,7 @@ std::shared_ptr<StepWork> RoundEngine::step_work(StepWork::Kind kind) {
   auto w = std::make_shared<StepWork>();
   w->kind = kind;
   w->mode = round_mode_;
-  w->state = std::move(state_);  // φ, momentum (and error buffer) go with the job
-  state_ = {};
-  ++state_gen_;
-  state_.round = w->state.round;
+  lend_state(*w);  // φ, momentum (and error buffer) go with the job
   ++w->state.round;
   w->theta = std::move(theta_);  // the input of a local step; else the buffer given back after
   theta_.clear();
@@ -325,15 +322,28 @@ bool RoundEngine::snapshot_due(Time now) const {
   return opts_.snapshot_every != Time::max() && now - last_snapshot_ >= opts_.snapshot_every;
 }
 
+void RoundEngine::lend_state(StepWork& w) {
+  w.state = std::move(state_);
+  state_ = {};
+  state_.round = w.state.round;
+  ++state_gen_;
+}
+
+RoundReport RoundEngine::state_report(RoundReport::Kind kind) const {
+  RoundReport r;
+  r.kind = kind;
+  r.round = state_.round;
+  r.mode = mode_of(state_.round);
+  r.weights_hash = phi_hash_;
+  return r;
+}
+
 bool RoundEngine::snapshot_now() {
   if (!has_state_ || phase_ != Phase::idle || !opts_.serve_state || !server_) return false;
   if (state_blob_ && blob_round_ == state_.round) return false;
   auto w = std::make_shared<StepWork>();
   w->kind = StepWork::Kind::save;
-  w->state = std::move(state_);  // (as for a step: the job holds φ and the momentum)
-  state_ = {};
-  state_.round = w->state.round;
-  ++state_gen_;
+  lend_state(*w);
   w->hash = phi_hash_;
   w->store = opts_.blobs;
   want_snapshot_ = false;
@@ -432,12 +442,7 @@ void RoundEngine::on_step_done(std::uint64_t seq, Time now) {
     ++state_gen_;
     phase_ = Phase::idle;
     publish_state(std::move(w->blob));
-    RoundReport r;
-    r.kind = RoundReport::Kind::saved;
-    r.round = state_.round;
-    r.mode = mode_of(state_.round);
-    r.weights_hash = phi_hash_;
-    reports_.push_back(std::move(r));
+    reports_.push_back(state_report(RoundReport::Kind::saved));
     return;
   }
   RoundReport r = std::exchange(step_report_, {});

@@ -75,10 +75,9 @@ struct RoundOptions {
   /// written into checkpoints): 0 = every new state. A large state's snapshot writes and hashes
   /// 8 bytes a parameter (GBs a round), so the node makes one at its checkpoints' cadence (and
   /// when it asks: want_snapshot(); Time::max(): only then). The first state, every synced state
-  /// and every
-  /// DiLoCo round's state always get one: a DiLoCo member catching up needs the group's state of
-  /// the round, while a NoLoCo joiner may start from a member's φ of some rounds ago (its
-  /// partners average it in). The last snapshot is served and offered meanwhile.
+  /// and every DiLoCo round's state always get one: a DiLoCo member catching up needs the group's
+  /// state of the round, while a NoLoCo joiner may start from a member's φ of some rounds ago
+  /// (its partners average it in). The last snapshot is served and offered meanwhile.
   Time snapshot_every{0};
   Time offer_ttl{600'000};
   std::uint32_t snapshot_chunk = 4u << 20;
@@ -306,6 +305,11 @@ class RoundEngine {
   /// The work of a round's step: φ and the momentum move into it, with its inputs set by the
   /// caller; finish_round hands it to the driver.
   std::shared_ptr<StepWork> step_work(StepWork::Kind kind);
+  /// φ and the momentum move into a job (a step, a replay, a snapshot): state() holds the round
+  /// meanwhile.
+  void lend_state(StepWork& w);
+  /// A report of `kind` about the state held now (its round, mode and φ's hash).
+  RoundReport state_report(RoundReport::Kind kind) const;
   /// The step without partners (θ against φ alone).
   std::shared_ptr<StepWork> local_step(RoundReport& r);
   /// Ends the round: the driver runs `w`, on_step_done reports `r` (and, for a DiLoCo group of

@@ -187,10 +187,7 @@ void RoundEngine::sync_done(Time now) {
   if (!w->deltas.empty()) {
     // φ and the momentum move into the job (as for a step): state() holds the round meanwhile.
     w->kind = StepWork::Kind::replay;
-    w->state = std::move(state_);
-    state_ = {};
-    state_.round = w->state.round;
-    ++state_gen_;
+    lend_state(*w);
     w->hash = phi_hash_;
     w->diloco = opts_.diloco;
     w->threads = opts_.threads;
@@ -233,11 +230,7 @@ void RoundEngine::synced(const std::shared_ptr<StepWork>& w, Time now) {
   theta_.clear();
   phi_hash_ = w->hash;
   publish_state(std::move(w->blob));
-  RoundReport r;
-  r.kind = RoundReport::Kind::synced;
-  r.round = state_.round;
-  r.mode = mode_of(state_.round);
-  r.weights_hash = phi_hash_;
+  RoundReport r = state_report(RoundReport::Kind::synced);
   r.bytes_received = sync_bytes_;
   r.sync_time = now - sync_started_;
   last_sync_ = r.sync_time;

@@ -487,7 +487,7 @@ void Loop::over_phi(
 
 // A checkpoint of the engine's state as the snapshot it serves to joiners (its blob, shared:
 // nothing model-sized is copied; while a step runs it is still the state of its round). A large
-// state is snapshotted only when asked (RoundOptions::snapshot_every): when its snapshot is of an
+// state is snapshotted at a cadence (RoundOptions::snapshot_every): when its snapshot is of an
 // earlier round, the next new state gets one (or, leaving, the state as it is) and the checkpoint
 // waits for it.
 void Loop::checkpoint() {
@@ -517,8 +517,7 @@ void Loop::final_checkpoint() {
   const auto bytes = 8.0 * static_cast<double>(P_);
   const auto deadline = SteadyClock::now() + std::chrono::seconds(60) +
                         std::chrono::milliseconds(static_cast<std::int64_t>(bytes / 20e3));
-  spdlog::info("writing the last checkpoint: the state's snapshot first ({:.1f} GB)", bytes / 1e9);
-  while (checkpoint_pending_) {
+  for (bool told = false; checkpoint_pending_; told = true) {
     bool stepping = false;
     with_engine([&](gossip::RoundEngine& e) {
       e.snapshot_now();
@@ -530,6 +529,9 @@ void Loop::final_checkpoint() {
         spdlog::warn("no snapshot of the state can be made now: the last checkpoint stays");
       return;
     }
+    if (!told)
+      spdlog::info("writing the last checkpoint: the state's snapshot first ({:.1f} GB)",
+                   bytes / 1e9);
     if (!s_.reports.wait(deadline) && SteadyClock::now() >= deadline) {
       spdlog::warn("the state's snapshot was not written in time: the last checkpoint stays");
       return;
