@@ -46,7 +46,7 @@ void CatchUp::on_offers(std::vector<dht::Record> records, Time now) {
   for (const auto& rec : records) {
     if (rec.subkey != "state") continue;
     auto o = decode_offer(rec.value);
-    if (!o || o->run_id != run_id_ || o->round < min_round_) continue;
+    if (!o || o->run_id != run_id_ || offer_head(*o) < min_round_) continue;
     o->donor = rec.owner_id();
     if (o->donor == store_.id() || o->address.empty()) continue;
     if (!donors_.empty() && !donors_.contains(o->donor)) continue;
@@ -63,7 +63,11 @@ void CatchUp::on_offers(std::vector<dht::Record> records, Time now) {
     }
     return fail("no state offers for run " + run_id_);
   }
+  // The newest state first: the round its deltas reach, then the newest snapshot (the fewest
+  // deltas to replay after it).
   std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) {
+    const auto ha = offer_head(a.second), hb = offer_head(b.second);
+    if (ha != hb) return ha > hb;
     return a.second.round != b.second.round ? a.second.round > b.second.round : a.first < b.first;
   });
   // The snapshot an earlier attempt had begun, when a donor still offers it, goes first: only
@@ -80,11 +84,12 @@ void CatchUp::on_offers(std::vector<dht::Record> records, Time now) {
 
 bool CatchUp::plan_deltas(const std::vector<StateOffer>& found, Time now) {
   const auto& best = found.front();
-  if (best.round <= opts_.have->round) return false;
+  const std::uint64_t head = offer_head(best);
+  if (head <= opts_.have->round) return false;
   std::vector<std::vector<StateOffer>> plan;
   Digest at = opts_.have->hash;
   std::uint64_t total = 0;
-  for (std::uint64_t k = opts_.have->round + 1; k <= best.round; ++k) {
+  for (std::uint64_t k = opts_.have->round + 1; k <= head; ++k) {
     const auto d = std::find_if(best.deltas.begin(), best.deltas.end(),
                                 [&](const DeltaOffer& x) { return x.round == k && x.from == at; });
     if (d == best.deltas.end()) return false;
@@ -100,7 +105,7 @@ bool CatchUp::plan_deltas(const std::vector<StateOffer>& found, Time now) {
   spdlog::info(
       "state sync: fetching the deltas of rounds {}..{} ({} bytes) from {} instead of "
       "the state ({} bytes)",
-      opts_.have->round + 1, best.round, total, dht::short_hex(best.donor), best.size);
+      opts_.have->round + 1, head, total, dht::short_hex(best.donor), best.size);
   plan_ = std::move(plan);
   deltas_total_ = total;
   offer_ = best;

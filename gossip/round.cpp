@@ -297,7 +297,7 @@ Time RoundEngine::op_deadline(const char* what, std::size_t members, std::uint64
 
 // ---- the step ----------------------------------------------------------------------------------
 
-std::shared_ptr<StepWork> RoundEngine::step_work(StepWork::Kind kind) {
+std::shared_ptr<StepWork> RoundEngine::step_work(StepWork::Kind kind, bool delta) {
   auto w = std::make_shared<StepWork>();
   w->kind = kind;
   w->mode = round_mode_;
@@ -308,18 +308,32 @@ std::shared_ptr<StepWork> RoundEngine::step_work(StepWork::Kind kind) {
   w->noloco = opts_.noloco;
   w->diloco = opts_.diloco;
   w->threads = opts_.threads;
-  if (opts_.serve_state && server_ && snapshot_due(store_.now())) {
+  if (!opts_.serve_state || !server_) return w;
+  if (delta) {
+    w->delta_store = opts_.blobs;
+    w->delta_codec = opts_.allreduce.codec;
+    w->delta_from = phi_hash_;
+  }
+  if (snapshot_due(store_.now(), delta)) {
     w->store = opts_.blobs;
     want_snapshot_ = false;
   }
   return w;
 }
 
-bool RoundEngine::snapshot_due(Time now) const {
-  if (opts_.snapshot_every <= Time(0) || !state_blob_ || want_snapshot_ ||
-      round_mode_ == OuterMode::diloco)
+bool RoundEngine::snapshot_due(Time now, bool delta) const {
+  if (opts_.snapshot_every <= Time(0) || !state_blob_ || want_snapshot_) return true;
+  // DiLoCo: the new state must be the last snapshot's with the deltas since replayed.
+  if (round_mode_ == OuterMode::diloco &&
+      (!delta || chain_end_ != state_.round ||
+       state_.round + 1 - blob_round_ > deltas_after_snapshot()))
     return true;
   return opts_.snapshot_every != Time::max() && now - last_snapshot_ >= opts_.snapshot_every;
+}
+
+std::uint64_t RoundEngine::deltas_after_snapshot() const {
+  const auto kept = std::min(server_ ? server_->keep_deltas() : 0, kMaxOfferDeltas);
+  return kept > 2 ? kept - 2 : 0;
 }
 
 void RoundEngine::lend_state(StepWork& w) {
@@ -409,14 +423,10 @@ void RoundEngine::on_op_finished(std::unique_ptr<Protocol> p, Time now) {
     r.note += (r.note.empty() ? "" : "; ") + std::to_string(ar->suspects().size()) +
               " member(s) excluded";
   std::set<NodeId> members(ar->members().begin(), ar->members().end());
-  auto w = step_work(StepWork::Kind::diloco_ring);
+  auto w = step_work(StepWork::Kind::diloco_ring,
+                     server_ && server_->keep_deltas() > 0 && !average_phi_);
   w->average_phi = average_phi_;
   w->ring = ar->take_result();
-  if (w->store && server_->keep_deltas() > 0 && !average_phi_) {
-    w->delta_store = opts_.blobs;
-    w->delta_codec = opts_.allreduce.codec;
-    w->delta_from = phi_hash_;
-  }
   finish_round(std::move(r), std::move(w), std::move(members));
 }
 

@@ -71,13 +71,16 @@ struct RoundOptions {
   Time mode_poll{5'000};
   std::uint64_t mode_lead = 2;  ///< a mode request names a round at least this far ahead
   bool serve_state = true;      ///< keep snapshots for joiners and announce them
-  /// How often a NoLoCo round's new state gets a snapshot (its binary form, served to joiners and
+  /// How often a round's new state gets a snapshot (its binary form, served to joiners and
   /// written into checkpoints): 0 = every new state. A large state's snapshot writes and hashes
   /// 8 bytes a parameter (GBs a round), so the node makes one at its checkpoints' cadence (and
-  /// when it asks: want_snapshot(); Time::max(): only then). The first state, every synced state
-  /// and every DiLoCo round's state always get one: a DiLoCo member catching up needs the group's
-  /// state of the round, while a NoLoCo joiner may start from a member's φ of some rounds ago
-  /// (its partners average it in). The last snapshot is served and offered meanwhile.
+  /// when it asks: want_snapshot(); Time::max(): only then). The last snapshot is served and
+  /// offered meanwhile: a NoLoCo joiner may start from a member's φ of some rounds ago (its
+  /// partners average it in). A DiLoCo member catching up needs the group's state of the round:
+  /// it takes the last snapshot and replays the rounds' deltas since (2 bytes a parameter each,
+  /// listed in the offer), so a DiLoCo state also gets one when the deltas since the last would
+  /// pass deltas_after_snapshot(), or a round has none (a lone step, slow weights averaged).
+  /// The first state and every synced state always get one.
   Time snapshot_every{0};
   Time offer_ttl{600'000};
   std::uint32_t snapshot_chunk = 4u << 20;
@@ -304,7 +307,8 @@ class RoundEngine {
   Time newcomer_phase() const { return synced_seen_ > submitted_ ? inner_ : Time(0); }
   /// The work of a round's step: φ and the momentum move into it, with its inputs set by the
   /// caller; finish_round hands it to the driver.
-  std::shared_ptr<StepWork> step_work(StepWork::Kind kind);
+  /// `delta`: the step keeps the round's mean Δ as a delta (a DiLoCo all-reduce's).
+  std::shared_ptr<StepWork> step_work(StepWork::Kind kind, bool delta = false);
   /// φ and the momentum move into a job (a step, a replay, a snapshot): state() holds the round
   /// meanwhile.
   void lend_state(StepWork& w);
@@ -368,14 +372,18 @@ class RoundEngine {
   std::uint64_t blob_round_ = 0;                 // state_blob_'s round
   Time last_snapshot_{0};                        // when state_blob_ was made
   bool want_snapshot_ = false;
-  /// Whether the new state of a step begun now gets a snapshot (RoundOptions::snapshot_every).
-  bool snapshot_due(Time now) const;
+  std::uint64_t chain_end_ = 0;  // the round the deltas since state_blob_'s round lead to
+  /// Whether the new state of a step begun now gets a snapshot (RoundOptions::snapshot_every);
+  /// `delta`: the step keeps a delta.
+  bool snapshot_due(Time now, bool delta) const;
+  /// How many DiLoCo rounds may follow a snapshot, each replayed by its delta (the deltas kept,
+  /// less two for members behind the snapshot's round).
+  std::uint64_t deltas_after_snapshot() const;
   /// The round's mean Δ kept as a delta (`blob`, of the step from φ of hash `from`): a snapshot
   /// job, served and listed in the offer once built.
   void serve_delta(std::shared_ptr<const StateBlob> blob, const Digest& from);
   std::map<std::uint64_t, DeltaOffer> delta_jobs_;  // by job: the delta (root and size to come)
-  std::vector<DeltaOffer> deltas_;                  // served, oldest first
-  std::vector<DeltaOffer> deltas_up_to(std::uint64_t round) const;
+  std::vector<DeltaOffer> deltas_;                  // served and offered, oldest first
   std::vector<StepJob> step_jobs_;
   std::uint64_t step_seq_ = 0;
   std::shared_ptr<StepWork> step_;  // while stepping: the job's work, its report and group

@@ -34,6 +34,7 @@ void RoundEngine::publish_state(std::shared_ptr<const StateBlob> blob) {
   // a joiner that read its offer finds it while the new one is hashed. (Its blob is a file.)
   state_blob_ = std::move(blob);
   blob_round_ = state_.round;
+  chain_end_ = blob_round_;
   last_snapshot_ = store_.now();
   snapshot_jobs_.clear();  // (a job not taken yet is of an older state)
   if (!opts_.serve_state || !server_) return;
@@ -43,6 +44,7 @@ void RoundEngine::publish_state(std::shared_ptr<const StateBlob> blob) {
 
 void RoundEngine::serve_delta(std::shared_ptr<const StateBlob> blob, const Digest& from) {
   if (!blob || !opts_.serve_state || !server_) return;
+  if (chain_end_ + 1 == state_.round) chain_end_ = state_.round;
   const auto seq = ++snapshot_seq_;
   delta_jobs_[seq] = {state_.round, 0, {}, from, phi_hash_};  // (size and root: the snapshot's)
   while (delta_jobs_.size() > 4) delta_jobs_.erase(delta_jobs_.begin());
@@ -61,15 +63,19 @@ void RoundEngine::on_snapshot(std::uint64_t seq, std::shared_ptr<const StateSnap
   if (auto it = delta_jobs_.find(seq); it != delta_jobs_.end()) {
     auto d = it->second;
     delta_jobs_.erase(it);
-    if (!snap || !opts_.serve_state || !server_) return;
+    if (!snap || !opts_.serve_state || !server_) {
+      // Not served: the rounds after the snapshot no longer chain (the next state gets one).
+      if (blob_round_ < d.round && chain_end_ >= d.round) chain_end_ = d.round - 1;
+      return;
+    }
     d.root = snap->root();
     d.size = snap->size();
     retire(server_->add_delta(std::move(snap)));
     deltas_.push_back(d);
     while (deltas_.size() > std::min(server_->keep_deltas(), kMaxOfferDeltas))
       deltas_.erase(deltas_.begin());
-    if (offer_ && offer_->round >= d.round) {
-      offer_->deltas = deltas_up_to(offer_->round);
+    if (offer_) {  // (members behind its round, or, after it, joiners replay it)
+      offer_->deltas = deltas_;
       write_offer(now);
     }
     return;
@@ -82,16 +88,9 @@ void RoundEngine::on_snapshot(std::uint64_t seq, std::shared_ptr<const StateSnap
   o.round = state_.round;
   o.size = snap->size();
   o.root = snap->root();
-  o.deltas = deltas_up_to(o.round);
+  o.deltas = deltas_;
   offer_ = o;
   write_offer(now);
-}
-
-std::vector<DeltaOffer> RoundEngine::deltas_up_to(std::uint64_t round) const {
-  std::vector<DeltaOffer> v;
-  for (const auto& d : deltas_)
-    if (d.round <= round) v.push_back(d);
-  return v;
 }
 
 void RoundEngine::write_offer(Time now) {
@@ -213,7 +212,7 @@ void RoundEngine::synced(const std::shared_ptr<StepWork>& w, Time now) {
     ++state_gen_;
     phi_hash_ = w->hash;
     full_sync_only_ = true;
-    return sync_again(sync_offer_.round, sync_why_ + "; " + w->error, now);
+    return sync_again(offer_head(sync_offer_), sync_why_ + "; " + w->error, now);
   }
   full_sync_only_ = false;
   if (!w->error.empty()) return sync_failed(w->error, now);
@@ -235,20 +234,27 @@ void RoundEngine::synced(const std::shared_ptr<StepWork>& w, Time now) {
   r.sync_time = now - sync_started_;
   last_sync_ = r.sync_time;
   r.note = sync_why_ + (replayed ? ": replayed the deltas up to round " : ": state of round ") +
-           std::to_string(offer.round) + " from " + dht::short_hex(offer.donor) + " (" +
+           std::to_string(state_.round) + " from " + dht::short_hex(offer.donor) + " (" +
            std::to_string(sync_bytes_) + " bytes)";
   spdlog::info("{}", r.note);
   if (pending_synced_) {  // the sync before this one, in the same report
     r.bytes_received += pending_synced_->bytes_received;
     r.note = std::exchange(pending_synced_, std::nullopt)->note + "; then " + r.note;
   }
-  // A DiLoCo group that moved on while we downloaded its state would leave us a round behind:
-  // its deltas since are fetched at once, before an inner phase is trained on the old φ (which
-  // would be lost). (A few times at most: a delta takes a fraction of a round.)
-  if (mode_of(state_.round) == OuterMode::diloco && chained_ < 3 && others(now).ahead) {
+  // A DiLoCo group that moved on while we downloaded its state would leave us a round behind,
+  // and a snapshot of a few rounds ago is the group's state only with the deltas since (its
+  // offer lists them): they are fetched at once, before an inner phase is trained on the old φ
+  // (which would be lost). (A few times at most: a delta takes a fraction of a round.)
+  if (mode_of(state_.round) == OuterMode::diloco && chained_ < 3 &&
+      (offer_head(offer) > state_.round || others(now).ahead)) {
     ++chained_;
     pending_synced_ = std::move(r);
-    return sync_again(state_.round + 1, "the group moved on while we synced", now);
+    return sync_again(state_.round + 1,
+                      offer_head(offer) > state_.round
+                          ? "the snapshot is of round " + std::to_string(state_.round) +
+                                ": replaying the group's deltas since"
+                          : std::string("the group moved on while we synced"),
+                      now);
   }
   chained_ = 0;
   reports_.push_back(std::move(r));

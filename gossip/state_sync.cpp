@@ -72,6 +72,17 @@ transport::Result<StateOffer> decode_offer(std::span<const std::uint8_t> value) 
   return sc::decode(kOfferSchema, value);
 }
 
+std::uint64_t offer_head(const StateOffer& o) {
+  std::uint64_t head = o.round;
+  const DeltaOffer* last = nullptr;
+  for (const auto& d : o.deltas) {
+    if (d.round != head + 1 || (last && d.from != last->to)) continue;
+    head = d.round;
+    last = &d;
+  }
+  return head;
+}
+
 dht::Key state_key(const std::string& run_id) {
   return dht::key_of("grove/run/" + run_id + "/state");
 }

@@ -60,7 +60,7 @@ struct DeltaOffer {
   Digest from{}, to{};  ///< φ's hash before and after it
   friend bool operator==(const DeltaOffer&, const DeltaOffer&) = default;
 };
-inline constexpr std::size_t kMaxOfferDeltas = 4;
+inline constexpr std::size_t kMaxOfferDeltas = 8;
 
 /// What a donor announces (the value of its signed "state" record).
 struct StateOffer {
@@ -70,10 +70,15 @@ struct StateOffer {
   std::uint64_t round = 0;
   std::uint64_t size = 0;
   Digest root{};
-  /// The deltas it serves, oldest first (at most kMaxOfferDeltas; rounds up to `round`).
+  /// The deltas it serves, oldest first (at most kMaxOfferDeltas): those up to `round`, for
+  /// members behind it, and those after it, which take its state on to offer_head() (a DiLoCo
+  /// state snapshotted every few rounds: RoundOptions::snapshot_every).
   std::vector<DeltaOffer> deltas;
   friend bool operator==(const StateOffer&, const StateOffer&) = default;
 };
+/// The round an offer's state reaches with the deltas it lists after its round, each the next
+/// round's and starting at the φ the one before ends with (its round when it lists none).
+std::uint64_t offer_head(const StateOffer& o);
 std::vector<std::uint8_t> encode_offer(const StateOffer& o);
 transport::Result<StateOffer> decode_offer(std::span<const std::uint8_t> value);
 dht::Key state_key(const std::string& run_id);
@@ -126,7 +131,7 @@ class StateSnapshot {
 class StateServer {
  public:
   explicit StateServer(std::size_t keep = 2, std::uint64_t budget = std::uint64_t{64} << 20,
-                       std::size_t keep_deltas = 2)
+                       std::size_t keep_deltas = 6)
       : keep_(keep), keep_deltas_(keep_deltas), budget_(budget) {}
   /// Returns the snapshots no longer served: the caller drops them where freeing a large file
   /// holds up nothing (the node: off the DHT strand).

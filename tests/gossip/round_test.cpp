@@ -520,17 +520,51 @@ TEST(RoundEngine, ALargeStateIsSnapshottedOnlyWhenAsked) {
       ms(10'000)));
   EXPECT_EQ(s.engine(0).state_blob_round(), s.engine(0).state().round);
   EXPECT_FALSE(s.engine(0).snapshot_now());  // current already
+}
 
-  // DiLoCo: every round's state is snapshotted.
+// DiLoCo: a snapshot every few rounds (the deltas kept allow four after it: StateServer's six
+// less two), the deltas between; a joiner takes the last snapshot, replays the deltas since and
+// holds the group's φ.
+TEST(RoundEngine, ALargeDiLoCoStateIsSnapshottedEveryFewRoundsAndJoinersReplayTheDeltas) {
   auto d = fast_options(OuterMode::diloco);
   d.round.snapshot_every = Time::max();
   Swarm t(24, d);
   grow(t, 2, {ms(3000), {}});
-  for (std::size_t k = 0; k < 3; ++k) {
+  std::set<std::uint64_t> snapshot_rounds;
+  bool behind = false;
+  for (std::size_t k = 0; k < 7; ++k) {
     const std::size_t r = t.rounds(0);
     ASSERT_TRUE(t.run_until([&] { return t.rounds(0) > r && t.engine(0).idle(); }, ms(60'000)));
-    EXPECT_EQ(t.engine(0).state_blob_round(), t.engine(0).state().round);
+    const auto round = t.engine(0).state().round, at = t.engine(0).state_blob_round();
+    EXPECT_LE(round - at, 4u) << "round " << round;
+    behind |= at < round;
+    snapshot_rounds.insert(at);
   }
+  EXPECT_TRUE(behind);                    // rounds without a snapshot of their own
+  EXPECT_GE(snapshot_rounds.size(), 2u);  // and a new one after four
+
+  // Joined while the last snapshot is behind the group's round: the joiner replays the deltas.
+  ASSERT_TRUE(t.run_until(
+      [&] {
+        return t.engine(0).idle() &&
+               t.engine(0).state_blob_round() + 2 <= t.engine(0).state().round;
+      },
+      ms(120'000)));
+  const std::size_t j = t.join(0, {ms(3000), {}});
+  ASSERT_TRUE(
+      t.run_until([&] { return t.engine(j).has_state() && t.rounds(j) >= 2; }, ms(120'000)));
+  const auto synced = std::find_if(t.reports(j).begin(), t.reports(j).end(), [](const auto& r) {
+    return r.kind == RoundReport::Kind::synced;
+  });
+  ASSERT_NE(synced, t.reports(j).end());
+  EXPECT_NE(synced->note.find("replaying the group's deltas since"), std::string::npos)
+      << synced->note;
+  EXPECT_NE(synced->note.find("joining: state of round"), std::string::npos) << synced->note;
+  std::size_t averaged = 0;
+  for (const auto& r : t.reports(j))
+    averaged += r.kind == RoundReport::Kind::round && !r.local_only;
+  EXPECT_GE(averaged, 1u);
+  EXPECT_EQ(t.engine(0).mismatches() + t.engine(1).mismatches() + t.engine(j).mismatches(), 0u);
 }
 
 TEST(RoundEngine, AForgedOfferOfAHugeStateIsNeverTried) {
