@@ -218,6 +218,17 @@ class Node(NodeFiles):
             self.proc.send_signal(signal.SIGTERM)
 
 
+def wait_until(what, pred, limit):
+    """pred()'s first true value, polled every 0.1 s; BenchError after `limit` seconds."""
+    end = time.monotonic() + limit
+    while time.monotonic() < end:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.1)
+    raise BenchError("timed out (%.0f s) waiting for %s" % (limit, what))
+
+
 def read_metrics(path):
     out = []
     try:
@@ -244,8 +255,10 @@ def start_swarm(binary, n, run_args, node_args, logdir, statedir, listen_timeout
                 logdir, statedir)
     nodes = [boot]
     addr = boot.wait_listening(listen_timeout)
+    # A closed swarm (the default): the bootstrap node keeps its new key in its state dir.
+    key = ["--swarm-key-file", os.path.join(boot.state_dir, "swarm.key")]
     for i in range(1, n):
-        nodes.append(Node(binary, f"node{i}", ["--peer", addr] + list(node_args) + per(i),
+        nodes.append(Node(binary, f"node{i}", ["--peer", addr] + key + list(node_args) + per(i),
                           logdir, statedir))
     for nd in nodes[1:]:
         nd.wait_listening(listen_timeout)

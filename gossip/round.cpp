@@ -378,7 +378,8 @@ void RoundEngine::on_op_finished(std::unique_ptr<Protocol> p, Time now) {
   if (p) op_deadlines_.observe(*p, r.transfer_time);
   if (!p) {
     r.note = "the driver could not run the operation";
-    if (round_mode_ == OuterMode::diloco) return begin_sync(state_.round, false, r.note, now);
+    // DiLoCo: the group's state after this round (the others may end it without us).
+    if (round_mode_ == OuterMode::diloco) return begin_sync(state_.round + 1, false, r.note, now);
     if (theta_.empty()) {  // θ went with the exchange: this inner phase is lost, φ stays
       r.local_only = true;
       r.note += "; the inner phase's θ went with it: slow weights unchanged";
@@ -407,8 +408,10 @@ void RoundEngine::on_op_finished(std::unique_ptr<Protocol> p, Time now) {
   r.bytes_sent = ar->stats().bytes_sent;
   r.bytes_received = ar->stats().bytes_received;
   if (ar->status() != OpStatus::done) {
+    // The survivors' state after this round: the delta that leads there from ours, when they
+    // end it (a state of this round is ours already).
     return begin_sync(
-        state_.round, false,
+        state_.round + 1, false,
         "all-reduce of round " + std::to_string(state_.round) + " failed: " + ar->failure(), now);
   }
   for (const auto& id : ar->members())

@@ -131,7 +131,7 @@ class StateSnapshot {
 class StateServer {
  public:
   explicit StateServer(std::size_t keep = 2, std::uint64_t budget = std::uint64_t{64} << 20,
-                       std::size_t keep_deltas = 6)
+                       std::size_t keep_deltas = 4)
       : keep_(keep), keep_deltas_(keep_deltas), budget_(budget) {}
   /// Returns the snapshots no longer served: the caller drops them where freeing a large file
   /// holds up nothing (the node: off the DHT strand).

@@ -11,6 +11,7 @@
 #include <string_view>
 #include <utility>
 
+#include "transport/crypto.hpp"
 #include "transport/reach.hpp"
 
 namespace grove::node {
@@ -214,8 +215,14 @@ Node options (any node):
   --trainer-socket PATH   where a training script attaches (--workload external runs; default
                           <state dir>/trainer.sock)
                           (default $XDG_DATA_HOME/grove-node or ~/.local/share/grove-node)
-  --swarm-key-file FILE   64 hex digits shared by the swarm; with --bootstrap a missing file is
-                          created with a new key. Without the key nothing can be read or joined.
+  --swarm-key HEX         the swarm's key (64 hex digits), as the bootstrap's join command gives
+                          it; kept in the state dir, so a restart needs it no more
+  --swarm-key-file FILE   the swarm's key from a file (with --bootstrap a missing file is created
+                          with a new key). A swarm is closed by default: --bootstrap creates a key
+                          in the state dir and prints a join command that carries it; a node
+                          without the key can neither join nor read anything of the swarm
+  --open                  with --bootstrap: a public swarm, no key (anyone who can reach a member
+                          can join and average into the model); when joining: use no key
   --run NAME              the run to join when the swarm has several
   --data FILE...          text files to train on (this node's own data; each node draws its own
                           random windows). Needs a run bootstrapped with --data.
@@ -331,6 +338,16 @@ CliOptions parse_cli(int argc, const char* const* argv) {
                        o.log_level + "'");
     } else if (a == "--swarm-key-file") {
       o.swarm_key_file = value(a);
+    } else if (a == "--swarm-key") {
+      o.swarm_key = value(a);
+      try {
+        (void)transport::SwarmKey::parse(*o.swarm_key);
+      } catch (const std::exception& e) {
+        throw CliError(a + ": " + e.what());
+      }
+    } else if (a == "--open") {
+      run_only();
+      o.open = true;
     } else if (a == "--bootstrap") {
       run_only();
       o.bootstrap = true;
@@ -406,6 +423,10 @@ CliOptions parse_cli(int argc, const char* const* argv) {
                      " is part of the run config: set it with --bootstrap (a joiner takes the "
                      "config from the swarm)");
     if (o.bootstrap && o.run) throw CliError("--run names a run to join; --bootstrap creates one");
+    if (o.open && (o.swarm_key || o.swarm_key_file))
+      throw CliError("--open is a swarm without a key: drop --swarm-key / --swarm-key-file");
+    if (o.swarm_key && o.swarm_key_file)
+      throw CliError("--swarm-key and --swarm-key-file both name the key: give one");
     if (o.bootstrap && !o.data.empty()) o.config.data = DataKind::files;
     if (o.config.warmup > o.config.schedule_steps)
       throw CliError("--warmup must not exceed --schedule-steps");

@@ -42,7 +42,9 @@ struct CliOptions {
   bool upnp = true;       ///< ask the home router for a port mapping (--no-upnp: false)
   std::string state_dir;  ///< empty: default_state_dir()
   std::optional<std::string> swarm_key_file;
-  std::optional<std::string> run;  ///< join this run (when the swarm has several)
+  std::optional<std::string> swarm_key;  ///< --swarm-key HEX (the bootstrap's join command)
+  bool open = false;                     ///< --open: no swarm key (a public swarm)
+  std::optional<std::string> run;        ///< join this run (when the swarm has several)
   bool overlap = false;
   std::vector<std::string> data;
   std::optional<std::uint64_t> max_steps;

@@ -92,6 +92,7 @@ void Controller::join_failed(const std::string& why, Time now) {
   if (attempt_ < attempts_) return join_attempt(now);
   join_deadline_ = Time::max();
   if (resume_) {  // nobody offers a newer state: go on from the checkpoint
+    spdlog::info("no member offers the swarm's state: training on from our checkpoint");
     push(Kind::start_checkpoint);
     return start_training(Action::Source::checkpoint, now);
   }

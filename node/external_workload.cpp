@@ -56,6 +56,7 @@ struct ExternalWorkload::Impl {
   bool have_theta = false;
   bool pending_load = false;  // shared memory holds a θ the trainer has not loaded yet
   bool stored_once = false;   // the attached trainer has stored θ at least once
+  bool save_due = false;      // a checkpoint was written: the trainer saves its own state
   double loss_sum = 0, eval_loss = NAN, last_value = NAN;
   Handoff stats;
   std::size_t losses = 0;
@@ -205,7 +206,8 @@ struct ExternalWorkload::Impl {
     // A trainer that attaches mid-run starts from the θ in shared memory: the node's latest, or
     // the one its previous trainer trained last.
     if (have_theta) pending_load = true;
-    if (!send(conn, encode_welcome(o.shm_name, params * sizeof(float), run_name, run))) {
+    if (!send(conn,
+              encode_welcome(o.shm_name, params * sizeof(float), run_name, run, o.state_file))) {
       drop("went away before its welcome");
       return;
     }
@@ -385,10 +387,48 @@ void ExternalWorkload::store(std::span<const float> in, const optim::Floats* sid
   i.pending_load = true;
 }
 
+std::vector<std::uint8_t> ExternalWorkload::save() const {
+  impl_->save_due = !impl_->o.state_file.empty();
+  return {};
+}
+
+// The trainer saves its own state (the inner optimiser's, its data position) where its welcome
+// said, between two of its steps; it may take a while for a large optimiser state (a deadline of
+// two minutes plus 16 bytes a parameter at 50 MB/s). A trainer that cannot is told nothing more:
+// its state simply stays the last one saved.
+void ExternalWorkload::save_trainer_state() {
+  auto& i = *impl_;
+  i.save_due = false;
+  if (!i.send(i.conn, encode_save())) return i.drop("went away");
+  const auto t0 = Clock::now();
+  const auto wait = kStoreWait + std::chrono::milliseconds(static_cast<std::int64_t>(
+                                     16.0 * static_cast<double>(i.params) / 50e3));
+  TrainerMessage m;
+  const Got g = i.read_message(i.conn, t0 + wait, m);
+  if (g == Got::stopped) return;
+  const auto* sv = g == Got::message ? std::get_if<TrainerSaved>(&m) : nullptr;
+  if (!sv)
+    return i.drop(
+        g == Got::timed_out
+            ? "did not save its state within " +
+                  std::to_string(std::chrono::duration_cast<std::chrono::seconds>(wait).count()) +
+                  " s"
+            : "went away while saving its state");
+  if (!sv->why.empty())
+    spdlog::warn("trainer: could not save its own state in {}: {}", i.o.state_file, sv->why);
+  else
+    spdlog::debug("trainer: saved its own state in {} ({:.1f} s)", i.o.state_file,
+                  std::chrono::duration<double>(Clock::now() - t0).count());
+}
+
 StepResult ExternalWorkload::train_step(std::uint64_t) {
   auto& i = *impl_;
   for (;;) {
     if (!attach()) return {NAN, 0};
+    if (i.save_due) {
+      save_trainer_state();
+      if (i.conn < 0) continue;
+    }
     if (!i.send(i.conn, encode_go(i.pending_load))) {
       i.drop("went away");
       continue;
@@ -451,6 +491,7 @@ ExternalWorkload::Handoff ExternalWorkload::handoff(bool measure_memcpy) const {
 
 void ExternalWorkload::say_goodbye(const std::string& why) {
   auto& i = *impl_;
+  if (i.conn >= 0 && i.save_due) save_trainer_state();  // (the node's last checkpoint)
   if (i.conn < 0) return;
   i.send(i.conn, encode_bye(why));
   ::close(i.conn);

@@ -34,6 +34,9 @@ class ExternalWorkload final : public Workload {
     std::string shm_name;            ///< "/grove-…"; an old segment of that name is replaced
     std::function<bool()> stopping;  ///< waits end (train_step returns NaN loss)
     std::function<void(const std::string&)> on_state;  ///< "waiting for a trainer", "training"
+    /// Where a trainer keeps its own state (its welcome names it; it saves there when asked,
+    /// after each of the node's checkpoints, and restores from there when it attaches).
+    std::string state_file;
   };
   /// Listens on the socket; ConfigError when it cannot (or another node serves it).
   explicit ExternalWorkload(Options o);
@@ -58,7 +61,9 @@ class ExternalWorkload final : public Workload {
   StepResult train_step(std::uint64_t step) override;
   double evaluate() override;
   double loss_floor() const override { return NAN; }
-  std::vector<std::uint8_t> save() const override { return {}; }
+  /// The node writes a checkpoint: the trainer saves its own state at its next step (the
+  /// checkpoint's bytes hold nothing of it: the trainer's state is its own file).
+  std::vector<std::uint8_t> save() const override;
   transport::Result<void> load(std::span<const std::uint8_t>) override { return {}; }
 
   /// Tells an attached trainer that the node is leaving (its step() raises with `why`).
@@ -81,6 +86,7 @@ class ExternalWorkload final : public Workload {
  private:
   void fetch(std::span<float> out, const optim::Floats* side) const;
   void store(std::span<const float> in, const optim::Floats* side);
+  void save_trainer_state();
   std::unique_ptr<Impl> impl_;
 };
 

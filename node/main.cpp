@@ -14,6 +14,7 @@
 #include "node/cli.hpp"
 #include "node/node.hpp"
 #include "node/status.hpp"
+#include "node/swarm_key.hpp"
 #include "node/workload.hpp"
 #include "transport/error.hpp"
 #include "transport/host.hpp"
@@ -50,7 +51,8 @@ int run_client(const node::CliOptions& o) {
   std::thread t([&] { io.run(); });
   transport::HostOptions ho;
   ho.listen = "";
-  if (o.swarm_key_file) ho.swarm_key = transport::SwarmKey::load(*o.swarm_key_file);
+  ho.swarm_key = node::client_swarm_key(
+      o, std::filesystem::path(o.state_dir.empty() ? node::default_state_dir() : o.state_dir));
   auto host = transport::Host::create(io, transport::Identity::generate(), ho);
   std::string method = "swarm_status", body;
   if (o.command == node::Command::request) {

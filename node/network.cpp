@@ -40,6 +40,7 @@ Network::Network(
   transport::HostOptions ho;
   ho.listen = o.listen;
   ho.swarm_key = swarm_key;
+  keyed_ = swarm_key.has_value();
   ho.relay.serve = o.relay;
   if (o.emulate_link) {
     transport::FaultConfig fc;
@@ -110,9 +111,40 @@ void Network::bootstrap(const std::vector<std::string>& peers) {
   dht_->bootstrap(peers, reached.callback());
   const auto n = reached.wait_for(30s);
   if (!n || *n == 0)
-    throw ConfigError("could not reach any --peer (" + peers.front() +
-                      (peers.size() > 1 ? ", ..." : "") +
-                      "): is the address right, and the swarm key the same?");
+    throw ConfigError(
+        "could not reach any --peer (" + peers.front() + (peers.size() > 1 ? ", ..." : "") +
+        (keyed_ ? "): is the address right, and the swarm key the one of its join command?"
+                : "): is the address right? A swarm is closed unless bootstrapped with "
+                  "--open: join it with the --swarm-key its bootstrap printed"));
+}
+
+bool Network::rejoin(const std::vector<std::string>& contacts, std::chrono::milliseconds lan_wait,
+                     const std::atomic<bool>& stopping) {
+  const auto known = [&] {
+    std::size_t n = 0;
+    dht_->post_wait([&](dht::DhtNode& d, dht::Time) { n = d.table().size(); });
+    return n;
+  };
+  if (!contacts.empty()) {
+    transport::Rendezvous<std::size_t> reached;
+    dht_->bootstrap(contacts, reached.callback());
+    if (const auto n = reached.wait_for(30s); n && *n > 0) {
+      spdlog::info("rejoining: {} of the {} saved contacts answered", *n, contacts.size());
+      return true;
+    }
+    spdlog::info("rejoining: none of the {} saved contacts answered", contacts.size());
+  }
+  if (!lan_) return known() > 0;
+  // LAN discovery adds the nodes of our swarm it finds to the DHT as they show up.
+  for (const auto end = std::chrono::steady_clock::now() + lan_wait;
+       std::chrono::steady_clock::now() < end && !stopping;) {
+    if (known() > 0) {
+      spdlog::info("rejoining: found the swarm on the LAN");
+      return true;
+    }
+    std::this_thread::sleep_for(200ms);
+  }
+  return known() > 0;
 }
 
 void Network::publish_run(const RunConfig& config) {

@@ -59,6 +59,11 @@ class Network {
 
   /// Pings the --peer contacts; throws ConfigError when none answers within 30 s.
   void bootstrap(const std::vector<std::string>& peers);
+  /// A node restarted without --peer: pings the contacts it saved (up to 30 s), then, when none
+  /// answered, waits up to `lan_wait` for a node of the swarm found on the LAN. Whether the DHT
+  /// knows another node then.
+  bool rejoin(const std::vector<std::string>& contacts, std::chrono::milliseconds lan_wait,
+              const std::atomic<bool>& stopping);
   /// The run `name` (or the only one) among those published; throws ConfigError after 30 s, or
   /// when the swarm has several and none was named.
   std::pair<std::string, RunConfig> find_run(const std::optional<std::string>& name,
@@ -111,6 +116,7 @@ class Network {
   std::unique_ptr<PortMapper> upnp_;
   std::unique_ptr<dht::LanDiscovery> lan_;
   std::string advertise_;
+  bool keyed_ = false;  // a swarm key is set (the refusal's words)
   bool shut_ = false;
   // host strand from here on
   std::optional<ReachUpkeep> upkeep_;

@@ -8,11 +8,13 @@
 #include "node/checkpoint.hpp"
 #include "node/checkpoint_writer.hpp"
 #include "node/console.hpp"
+#include "node/contacts.hpp"
 #include "node/external_workload.hpp"
 #include "node/metrics.hpp"
 #include "node/network.hpp"
 #include "node/servers.hpp"
 #include "node/state_files.hpp"
+#include "node/swarm_key.hpp"
 #include "node/training_loop.hpp"
 #include "node/workload.hpp"
 #include "transport/crypto.hpp"
@@ -79,6 +81,7 @@ struct Node::Impl {
   RunConfig config;
   std::string run_name;
   StartKind start_kind = StartKind::join;
+  bool rejoined = false;  ///< resumed without --peer: a saved contact or a LAN node answered
   std::atomic<bool> stopping{false};
   ReportQueue reports;
   std::shared_ptr<StatusBoard> board;
@@ -118,14 +121,13 @@ int Node::run() {
   std::string join_command;
   if (m.start_kind == StartKind::bootstrap) {
     join_command = "grove-node --peer " + m.net->advertise();
-    if (m.swarm_key)
-      join_command = "echo " + m.swarm_key->hex() + " > swarm.key && grove-node --peer " +
-                     m.net->advertise() + " --swarm-key-file swarm.key";
+    if (m.swarm_key) join_command += " --swarm-key " + m.swarm_key->hex();
     if (!m.o.data.empty()) join_command += " --data YOUR_TEXT_FILES";
   }
-  TrainingSetup s{m.o,        m.config,       m.run_name, m.start_kind, join_command, *m.workload,
-                  m.external, m.resume,       *m.net,     m.members,    m.round,      *m.board,
-                  *m.metrics, *m.checkpoints, m.console,  m.reports,    m.stopping,   m.floats};
+  TrainingSetup s{m.o,         m.config,   m.run_name, m.start_kind,   join_command,
+                  *m.workload, m.external, m.resume,   *m.net,         m.members,
+                  m.round,     *m.board,   *m.metrics, *m.checkpoints, m.console,
+                  m.reports,   m.stopping, m.floats,   m.state_dir,    m.rejoined};
   return run_training(s);
 }
 
@@ -137,16 +139,19 @@ void Node::Impl::start() {
   const auto identity = transport::Identity::load_or_create(state_dir);
   floats = float_pages(state_dir / "blobs");
 
-  if (o.swarm_key_file) {
-    if (o.bootstrap && !std::filesystem::exists(*o.swarm_key_file)) {
-      const auto key = transport::SwarmKey::generate();
-      const std::string text = key.hex() + "\n";
-      if (auto e = write_file_atomically(
-              *o.swarm_key_file, {reinterpret_cast<const std::uint8_t*>(text.data()), text.size()}))
-        throw ConfigError("cannot write swarm key file '" + *o.swarm_key_file +
-                          "': " + e.message());
-    }
-    swarm_key = transport::SwarmKey::load(*o.swarm_key_file);
+  {
+    auto k = choose_swarm_key(o, state_dir);
+    swarm_key = std::move(k.key);
+    if (swarm_key)
+      spdlog::info("swarm key: {}", k.how);
+    else if (o.bootstrap)
+      spdlog::warn(
+          "an open swarm (--open): anyone who can reach a member can join it and average into "
+          "its model");
+    else
+      spdlog::info(
+          "no swarm key: this node can join an open swarm only (a closed one needs "
+          "--swarm-key from its bootstrap's join command)");
   }
 
   auto loaded = load_latest(state_dir, std::uint64_t{64} << 30, floats);
@@ -181,6 +186,18 @@ void Node::Impl::start() {
 
   if (resume) {
     start_kind = StartKind::resume;
+    if (o.peers.empty()) {
+      // Restarted without --peer: back into the swarm through the members it knew (or the LAN),
+      // catching up before it trains; alone only when nobody answers.
+      const auto contacts = load_contacts(state_dir);
+      rejoined = net->rejoin(contacts, std::chrono::seconds(10), stopping);
+      if (!rejoined)
+        spdlog::warn(
+            "resumed without --peer and no member of the swarm answered ({} saved contacts, "
+            "nobody on the LAN): training alone from the checkpoint, a swarm of one until others "
+            "join",
+            contacts.size());
+    }
   } else if (o.bootstrap) {
     start_kind = StartKind::bootstrap;
     config = o.config;
@@ -242,6 +259,7 @@ void Node::Impl::open_trainer_socket() {
   eo.socket_path = path;
   eo.shm_name = "/grove-" + transport::to_hex(net->host()->id()).substr(0, 16);
   eo.stopping = [this] { return stopping.load(); };
+  eo.state_file = (state_dir / "trainer.state").string();
   eo.on_state = [this](const std::string& s) {
     board->update([&](MemberStatus& me) { me.status = s; });
   };

@@ -155,6 +155,12 @@ transport::Result<TrainerMessage> decode_trainer_message(std::span<const std::ui
     return TrainerMessage{s};
   }
   if (op == "stored") return TrainerMessage{TrainerStored{}};
+  if (op == "saved") {
+    TrainerSaved sv;
+    if (const auto* why = field(m, "why"); why && why->type != msgpack::type::NIL)
+      if (!mp::get_str(*why, kMaxWhy, sv.why)) return bad("saved: why is a string");
+    return TrainerMessage{std::move(sv)};
+  }
   if (op != "hello") return bad("unknown op '" + op + "'");
   TrainerHello h;
   std::uint64_t v = 0;
@@ -198,6 +204,14 @@ std::vector<std::uint8_t> encode_trainer_message(const TrainerMessage& msg) {
         },
         3);
   if (std::holds_alternative<TrainerStored>(msg)) return pack_map("stored");
+  if (const auto* sv = std::get_if<TrainerSaved>(&msg))
+    return pack_map(
+        "saved",
+        [&](mp::Packer& p) {
+          mp::pack_str(p, "why");
+          mp::pack_str(p, sv->why.substr(0, kMaxWhy));
+        },
+        1);
   const auto& h = std::get<TrainerHello>(msg);
   const auto opt = [](mp::Packer& p, const char* k, const std::optional<float>& v) {
     mp::pack_str(p, k);
@@ -276,7 +290,8 @@ std::string check_hello(const TrainerHello& h, const RunConfig& c) {
 }
 
 std::vector<std::uint8_t> encode_welcome(const std::string& shm, std::uint64_t bytes,
-                                         const std::string& run, const RunConfig& c) {
+                                         const std::string& run, const RunConfig& c,
+                                         const std::string& state_file) {
   return pack_map(
       "welcome",
       [&](mp::Packer& p) {
@@ -290,8 +305,10 @@ std::vector<std::uint8_t> encode_welcome(const std::string& shm, std::uint64_t b
         mp::pack_str(p, to_string(c.outer));
         mp::pack_str(p, "inner_steps");
         p.pack_uint32(c.inner_steps);
+        mp::pack_str(p, "state_file");
+        mp::pack_str(p, state_file);
       },
-      5);
+      6);
 }
 
 std::vector<std::uint8_t> encode_refused(const std::string& why) {
@@ -306,6 +323,10 @@ std::vector<std::uint8_t> encode_refused(const std::string& why) {
 
 std::vector<std::uint8_t> encode_store() {
   return pack_map("store");
+}
+
+std::vector<std::uint8_t> encode_save() {
+  return pack_map("save");
 }
 
 std::vector<std::uint8_t> encode_go(bool load) {

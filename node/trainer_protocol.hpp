@@ -12,9 +12,17 @@
 //                    step    {loss, tokens, eval_loss}  one call of the trainer's step(); it then
 //                                                       waits for "go"
 //                    stored  {}                         the parameters are in shared memory
-//   node → trainer   welcome {shm, bytes, run, outer, inner_steps}
+//                    saved   {why}                      its own state is in state_file (why:
+//                                                       empty, or why it could not be saved)
+//   node → trainer   welcome {shm, bytes, run, outer, inner_steps, state_file}
+//                                                       state_file: where the trainer keeps its
+//                                                       own state (the inner optimiser's, its
+//                                                       data position); it restores it from
+//                                                       there when the file is of this run
 //                    refused {why}                      the trainer's model is not the run's
 //                    store   {}                         put the parameters in shared memory
+//                    save    {}                         save your own state in state_file (the
+//                                                       node wrote a checkpoint), answer "saved"
 //                    go      {load}                     go on (after loading the parameters from
 //                                                       shared memory when load is true)
 //                    bye     {why}                      the node is leaving
@@ -73,7 +81,10 @@ struct TrainerStep {
   double eval_loss = NAN;
 };
 struct TrainerStored {};
-using TrainerMessage = std::variant<TrainerHello, TrainerStep, TrainerStored>;
+struct TrainerSaved {
+  std::string why;  ///< empty: saved
+};
+using TrainerMessage = std::variant<TrainerHello, TrainerStep, TrainerStored, TrainerSaved>;
 
 /// A trainer's message, or errc::malformed with the reason.
 transport::Result<TrainerMessage> decode_trainer_message(std::span<const std::uint8_t> body);
@@ -87,9 +98,11 @@ std::string check_hello(const TrainerHello& h, const RunConfig& c);
 
 // Node → trainer.
 std::vector<std::uint8_t> encode_welcome(const std::string& shm, std::uint64_t bytes,
-                                         const std::string& run, const RunConfig& c);
+                                         const std::string& run, const RunConfig& c,
+                                         const std::string& state_file);
 std::vector<std::uint8_t> encode_refused(const std::string& why);
 std::vector<std::uint8_t> encode_store();
+std::vector<std::uint8_t> encode_save();
 std::vector<std::uint8_t> encode_go(bool load);
 std::vector<std::uint8_t> encode_bye(const std::string& why);
 

@@ -4,6 +4,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "node/contacts.hpp"
 #include "transport/strand.hpp"
 
 namespace grove::node {
@@ -83,6 +84,7 @@ class Loop {
         ctl_(controller_options(s.o, s.config, s.workload.num_params())),
         P_(s.workload.num_params()) {
     t_.progress.node = transport::to_hex(s.net.host()->id()).substr(0, 16);
+    contacts_ = merge_contacts(s.o.peers, load_contacts(s.state_dir));
   }
   int run();
 
@@ -95,7 +97,11 @@ class Loop {
   void tally(const gossip::RoundReport& r);
   void evaluate();
   void publish_status(const char* status);
+  /// The live members (their addresses saved as contacts, node/contacts.hpp).
   std::size_t live_members();
+  void remember_contacts(const std::vector<std::string>& seen);
+  std::vector<std::string> contacts_;  // as saved (the --peer list and the file's at first)
+  SteadyClock::time_point contacts_due_{};
   void checkpoint();
   void over_phi(
       const std::function<void(const gossip::RoundEngine&, std::size_t, std::size_t)>& fn);
@@ -127,7 +133,7 @@ int Loop::run() {
   s_.console.banner(t_.progress.node, s_.run_name, s_.workload.describe(), to_string(c.outer),
                     to_string(c.codec), s_.net.advertise());
   if (!s_.join_command.empty()) s_.console.join_command(s_.join_command);
-  ctl_.begin(s_.start, !s_.o.peers.empty(), now_ms());
+  ctl_.begin(s_.start, !s_.o.peers.empty() || s_.rejoined, now_ms());
   while (!exit_) {
     run_actions();
     if (exit_) break;
@@ -444,9 +450,26 @@ void Loop::publish_status(const char* status) {
 }
 
 std::size_t Loop::live_members() {
-  return transport::run_on(s_.net.dht()->executor(), [m = s_.members] {
-    return m->live(dht::DhtRuntime::wall_now()).size();
-  });
+  auto [n, seen] =
+      transport::run_on(s_.net.dht()->executor(), [m = s_.members, self = s_.net.host()->id()] {
+        const auto live = m->live(dht::DhtRuntime::wall_now());
+        std::vector<std::string> a;
+        for (const auto& info : live)
+          if (info.id != self) a.insert(a.end(), info.addresses.begin(), info.addresses.end());
+        return std::pair{live.size(), std::move(a)};
+      });
+  remember_contacts(seen);
+  return n;
+}
+
+// The members' addresses go into the state dir at most once a minute (a restart without --peer
+// rejoins through them); alone, the older contacts stay.
+void Loop::remember_contacts(const std::vector<std::string>& seen) {
+  const auto now = SteadyClock::now();
+  if (seen.empty() || now < contacts_due_) return;
+  contacts_due_ = now + std::chrono::minutes(1);
+  contacts_ = merge_contacts(seen, contacts_);
+  save_contacts(s_.state_dir, contacts_);
 }
 
 // A pass over θ against the engine's φ, fn(engine, lo, hi) a fragment at a time, each fragment a

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <filesystem>
 #include <mutex>
 #include <optional>
 
@@ -65,6 +66,10 @@ struct TrainingSetup {
   const std::atomic<bool>& stopping;
   /// Where φ and the momentum are made (node/state_files.hpp; none: the heap).
   optim::FloatAllocator floats;
+  std::filesystem::path state_dir;  ///< the saved contacts are kept here (node/contacts.hpp)
+  /// A resumed node without --peer reached its swarm through its saved contacts or the LAN (it
+  /// fetches the swarm's state first, as with --peer).
+  bool rejoined = false;
 };
 
 /// Trains until the controller ends the run; returns the process exit code.

@@ -105,13 +105,17 @@ start A --bootstrap --workload gpt --model-size "$MODEL" --outer "$OUTER" --inne
   --warmup 20 --eval-every 20 --window-ms 2000
 wait_for "A to listen" listening
 ADDR=$(sed -n 's/^  listening \(.*\)$/\1/p' "$D/A.log" | head -n 1)
+# The swarm is closed: A's join command carries its key (also in $D/A/swarm.key).
+joinable() { grep -q '^  join with: ' "$D/A.log" 2>/dev/null; }
+wait_for "A's join command" joinable
+KEY=$(sed -n 's/^  join with: .*--swarm-key \([0-9a-f]\{64\}\).*$/\1/p' "$D/A.log" | head -n 1)
 
-say "B joins through $ADDR"
-start B --peer "$ADDR"
+say "B joins through $ADDR with A's swarm key"
+start B --peer "$ADDR" --swarm-key "$KEY"
 wait_for "B to average with A" rounds_at_least B 2 averaged
 
 say "C joins mid-run"
-start C --peer "$ADDR"
+start C --peer "$ADDR" --swarm-key "$KEY"
 wait_for "C to sync" started C
 wait_for "C to average" rounds_at_least C 2 averaged
 

@@ -937,10 +937,11 @@ void trainer_seeds(const fs::path& dir) {
   put("step.bin", node::encode_trainer_message(st));
   put("step_nan.bin", node::encode_trainer_message(node::TrainerStep{}));
   put("stored.bin", node::encode_trainer_message(node::TrainerStored{}));
+  put("saved.bin", node::encode_trainer_message(node::TrainerSaved{"disk full"}));
   // What the node sends is not a trainer message: rejected.
   put("go.bin", node::encode_go(true));
   put("welcome.bin", node::encode_welcome("/grove-0123456789abcdef", 4096, "external-0123456789ab",
-                                          node::RunConfig{}));
+                                          node::RunConfig{}, "/var/lib/grove/trainer.state"));
 }
 
 int main(int argc, char** argv) {

@@ -108,6 +108,17 @@ TEST(Cli, BadInputNamesTheProblem) {
   EXPECT_NE(error_of({"--run", "x"}).find("run name"), std::string::npos);
   EXPECT_NE(error_of({"--bootstrap", "--warmup", "50", "--schedule-steps", "10"}).find("--warmup"),
             std::string::npos);
+  EXPECT_NE(error_of({"--swarm-key", "abc"}).find("--swarm-key: swarm key must be exactly 64"),
+            std::string::npos);
+  const std::string hex(64, 'a');
+  const char* key = hex.c_str();
+  EXPECT_NE(error_of({"--bootstrap", "--open", "--swarm-key", key}).find("--open is a swarm"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--swarm-key", key, "--swarm-key-file", "k"}).find("give one"),
+            std::string::npos);
+  EXPECT_NE(error_of({"status", "--open"}).find("not an option"), std::string::npos);
+  EXPECT_EQ(error_of({"--peer", "h:1", "--swarm-key", key}), "");
+  EXPECT_EQ(error_of({"--bootstrap", "--open"}), "");
   EXPECT_EQ(error_of({"--bootstrap"}), "");
 }
 
@@ -141,7 +152,7 @@ TEST(Cli, HelpDocumentsEveryOption) {
         "--warmup",    "--schedule-steps", "--weight-decay", "--clip",        "--outer",
         "--outer-lr",  "--outer-momentum", "--noloco-alpha", "--noloco-beta", "--noloco-gamma",
         "--codec",     "--eval-every",     "--eval-batches", "status",        "request",
-        "--json",      "--from-round",     "--emulate-link"})
+        "--json",      "--from-round",     "--emulate-link", "--swarm-key",   "--open"})
     EXPECT_NE(help.find(opt), std::string::npos) << opt;
 }
 

@@ -147,10 +147,12 @@ std::vector<std::string> bootstrap_args(const TempDir& d, const std::string& nam
   return a;
 }
 
-// A node joining through `addr`, with its progress lines.
+// A node joining through `addr`, with its progress lines and the swarm key the bootstrap node
+// ("n0") created in its state dir.
 std::vector<std::string> join_args(const TempDir& d, const std::string& name,
                                    const std::string& addr, std::vector<std::string> extra = {}) {
-  std::vector<std::string> a = {"--peer", addr, "--listen", "127.0.0.1:0", "--state-dir", d / name};
+  std::vector<std::string> a = {"--peer",      addr,     "--listen",         "127.0.0.1:0",
+                                "--state-dir", d / name, "--swarm-key-file", d / "n0/swarm.key"};
   a.insert(a.end(), extra.begin(), extra.end());
   return a;
 }
@@ -241,6 +243,41 @@ TEST(NodeProcess, KilledWithSigkillResumesFromItsCheckpoint) {
   EXPECT_EQ(p.wait_exit(30s), 0) << p.log();
 }
 
+// Restarted on its state dir with neither --peer nor the key (both are kept there), a killed
+// node rejoins its swarm through the contacts it saved, takes the swarm's state and is averaging
+// with it again within two rounds.
+TEST(NodeProcess, ARestartedNodeWithoutPeerRejoinsItsSwarm) {
+  TempDir d;
+  Proc n0(bootstrap_args(d, "n0"));
+  const auto addr = listen_address(n0);
+  ASSERT_FALSE(addr.empty()) << n0.log();
+  const std::regex averaged(R"(step +\d+ +round +\d+ .* noloco with )");
+  const std::regex round_line(R"(step +\d+ +round +\d+ .* noloco (with|local-only))");
+  {
+    Proc n1(join_args(d, "n1", addr));
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(n1.expect(averaged, 60s)) << n1.log();
+    n1.kill9();
+  }
+  std::ifstream saved(d / "n1/contacts");
+  const std::string contacts{std::istreambuf_iterator<char>(saved), {}};
+  EXPECT_NE(contacts.find(addr + "\n"), std::string::npos)  // saved while n1 trained
+      << contacts;
+
+  Proc again({"--listen", "127.0.0.1:0", "--state-dir", d / "n1", "--max-steps", "400"});
+  ASSERT_TRUE(again.expect(std::regex("rejoining: 1 of the 1 saved contacts answered"), 60s))
+      << again.log();
+  ASSERT_TRUE(again.expect(std::regex("synced +round"), 60s)) << again.log();
+  std::smatch m;
+  bool with = false;
+  for (int i = 0; i < 2 && !with; ++i) {
+    ASSERT_TRUE(again.expect(round_line, 60s, &m)) << again.log();
+    with = m[1] == "with";
+  }
+  EXPECT_TRUE(with) << again.log();
+  again.signal(SIGTERM);
+  EXPECT_EQ(again.wait_exit(60s), 0) << again.log();
+}
+
 TEST(NodeProcess, GarbageOnThePortThenSigtermLeavesCleanly) {
   TempDir d;
   Proc p(bootstrap_args(d, "n0"));
@@ -269,20 +306,44 @@ TEST(NodeProcess, GarbageOnThePortThenSigtermLeavesCleanly) {
   EXPECT_TRUE(fs::exists(d.path / "n0" / "checkpoint.bin"));
 }
 
+// Closed by default: the bootstrap node makes a key and prints the join command that carries
+// it; a node without the key is refused (and told why), one with it joins and keeps it; --open
+// makes a public swarm, and says so.
 TEST(NodeProcess, ANodeWithoutTheSwarmKeyIsRefused) {
   TempDir d;
-  Proc n0(bootstrap_args(d, "n0", {"--swarm-key-file", d / "swarm.key"}, false));
+  Proc n0(bootstrap_args(d, "n0", {}, false));
   const auto addr = listen_address(n0);
   ASSERT_FALSE(addr.empty()) << n0.log();
-  ASSERT_TRUE(n0.expect(std::regex("join with: echo [0-9a-f]{64} > swarm.key"), 5s)) << n0.log();
-  Proc stranger(join_args(d, "n1", addr));
-  ASSERT_TRUE(stranger.expect(std::regex("could not reach any --peer"), 60s)) << stranger.log();
+  std::smatch m;
+  ASSERT_TRUE(
+      n0.expect(std::regex("join with: grove-node --peer \\S+ --swarm-key ([0-9a-f]{64})"), 5s, &m))
+      << n0.log();
+  const std::string key = m[1];
+  Proc stranger({"--peer", addr, "--listen", "127.0.0.1:0", "--state-dir", d / "n1"});
+  ASSERT_TRUE(stranger.expect(std::regex("could not reach any --peer .*join it with the "
+                                         "--swarm-key its bootstrap printed"),
+                              60s))
+      << stranger.log();
   EXPECT_EQ(stranger.wait_exit(30s), 1);
-  // With the key it joins.
-  Proc friend_(
-      join_args(d, "n2", addr, {"--swarm-key-file", d / "swarm.key", "--max-steps", "40"}));
+  // With the key it joins, and its state dir keeps the key for a restart.
+  Proc friend_({"--peer", addr, "--listen", "127.0.0.1:0", "--state-dir", d / "n2", "--swarm-key",
+                key, "--max-steps", "40"});
   ASSERT_TRUE(friend_.expect(std::regex("synced +round"), 60s)) << friend_.log();
   EXPECT_EQ(friend_.wait_exit(60s), 0) << friend_.log();
+  std::ifstream kept(d / "n2/swarm.key");
+  std::string text;
+  kept >> text;
+  EXPECT_EQ(text, key);
+
+  // An open swarm takes a node without a key.
+  Proc pub(bootstrap_args(d, "p0", {"--open"}, false));
+  ASSERT_TRUE(pub.expect(std::regex("an open swarm \\(--open\\)"), 30s)) << pub.log();
+  const auto pub_addr = listen_address(pub);
+  ASSERT_FALSE(pub_addr.empty()) << pub.log();
+  Proc anyone({"--peer", pub_addr, "--listen", "127.0.0.1:0", "--state-dir", d / "p1",
+               "--max-steps", "40"});
+  ASSERT_TRUE(anyone.expect(std::regex("synced +round"), 60s)) << anyone.log();
+  EXPECT_EQ(anyone.wait_exit(60s), 0) << anyone.log();
 }
 
 TEST(NodeProcess, StatusListsTheMembersAndARequestSwitchesTheSwarmToDiLoCo) {
@@ -299,7 +360,7 @@ TEST(NodeProcess, StatusListsTheMembersAndARequestSwitchesTheSwarmToDiLoCo) {
     std::set<std::string> nodes;
     std::string log;
     for (const auto end = Clock::now() + 40s; nodes.size() < 2 && Clock::now() < end;) {
-      Proc st({"status", "--json", "--peer", addr});
+      Proc st({"status", "--json", "--peer", addr, "--swarm-key-file", d / "n0/swarm.key"});
       std::smatch m;
       nodes.clear();
       while (st.expect(line, 5s, &m)) nodes.insert(m[1]);
@@ -314,7 +375,7 @@ TEST(NodeProcess, StatusListsTheMembersAndARequestSwitchesTheSwarmToDiLoCo) {
     ASSERT_TRUE(st.expect(std::regex("^node +status +step"), 20s)) << st.log();
     EXPECT_EQ(st.wait_exit(20s), 0) << st.log();
   }
-  Proc req({"request", "diloco", "--peer", addr});
+  Proc req({"request", "diloco", "--peer", addr, "--swarm-key-file", d / "n0/swarm.key"});
   ASSERT_TRUE(req.expect(std::regex("switches to diloco from round [0-9]+"), 30s)) << req.log();
   EXPECT_EQ(req.wait_exit(20s), 0) << req.log();
   // The switch reaches both members: their rounds from then on are DiLoCo rounds.

@@ -41,6 +41,12 @@ TEST(TrainerProtocol, MessagesRoundTrip) {
   EXPECT_EQ(std::get<TrainerStep>(*back).tokens, 64u);
   EXPECT_TRUE(std::holds_alternative<TrainerStored>(
       *decode_trainer_message(encode_trainer_message(TrainerStored{}))));
+  back = decode_trainer_message(encode_trainer_message(TrainerSaved{"no space left"}));
+  ASSERT_TRUE(back);
+  EXPECT_EQ(std::get<TrainerSaved>(*back).why, "no space left");
+  back = decode_trainer_message(encode_trainer_message(TrainerSaved{}));
+  ASSERT_TRUE(back);
+  EXPECT_EQ(std::get<TrainerSaved>(*back).why, "");
 }
 
 TEST(TrainerProtocol, RejectsWhatItMustWithTheReason) {

@@ -4,7 +4,8 @@ grove package (node/python): --workload external end to end.
 
   noloco: three nodes + trainers train one small MLP; their losses fall together and they average
           with each other; one trainer is killed (SIGKILL) and restarted: its node stays in the
-          swarm and the new trainer goes on from the node's weights; a fourth node + trainer joins
+          swarm and the new trainer goes on from the node's weights and gets its own state back
+          (optimiser momentum, data position: grove's keep()); a fourth node + trainer joins
           mid-run and its trainer starts from the swarm's weights (its own initialisation is
           different); a trainer with another model is refused with the reason; a node killed
           under its trainer makes the trainer raise NodeGone. The model has a float64 parameter
@@ -71,18 +72,33 @@ def trainer(argv):
         with torch.no_grad():
             return torch.nn.functional.mse_loss(forward(xs), ys).item()
 
+    class Position:  # the data position, kept with the optimiser's state
+        def __init__(self):
+            self.step = 0
+
+        def state_dict(self):
+            return {"step": self.step, "gen": gen.get_state()}
+
+        def load_state_dict(self, d):
+            self.step = int(d["step"])
+            gen.set_state(d["gen"])
+
     log = open(a.log, "a", buffering=1)
     node = grove.attach(socket=a.socket, timeout=60, state_dir=a.state_dir,
                         start=json.loads(a.start) if a.start else None, node_binary=a.node_binary)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.5)
+    position = Position()
+    node.keep(optimizer=opt, data=position)
     try:
         outer = (node.noloco(model, inner_steps=a.inner_steps) if a.outer == "noloco"
                  else node.diloco(model, inner_steps=a.inner_steps))
     except grove.Refused as e:
         log.write(json.dumps({"refused": str(e)}) + "\n")
         return 3
-    log.write(json.dumps({"attached": outer.run, "eval": held_out()}) + "\n")
-    opt = torch.optim.SGD(model.parameters(), lr=0.05)
-    step = 0
+    log.write(json.dumps({"attached": outer.run, "eval": held_out(),
+                          "restored": node.restored and node.restored["steps"],
+                          "momentum": bool(opt.state), "position": position.step}) + "\n")
+    step = position.step
     try:
         while True:
             x = torch.randn(32, 8, generator=gen)
@@ -93,6 +109,7 @@ def trainer(argv):
             opt.step()
             opt.zero_grad()
             step += 1
+            position.step = step
             ev = held_out() if step % a.inner_steps == 0 else None
             node.report(loss=loss.item(), eval_loss=ev, tokens=32)
             outer.step()
@@ -266,6 +283,13 @@ def run(binary, mode):
             print("b's trainer killed and restarted: held-out loss %.4f before the kill, %.4f "
                   "when the new trainer attached (%.4f for a fresh model)"
                   % (before, reattached["eval"], first))
+            # Its own state came back from the node's state dir: the optimiser's momentum and
+            # the data position, as saved after the node's last checkpoint.
+            if not (reattached["restored"] and reattached["restored"] >= 40
+                    and reattached["momentum"] and reattached["position"] >= 40):
+                raise Fail("b's new trainer did not get its state back: %r" % reattached)
+            print("b's new trainer restored its optimiser state and data position (saved after "
+                  "%d steps)" % reattached["restored"])
 
             # A fourth node + trainer joins mid-run with another initialisation: it starts from the
             # swarm's weights.

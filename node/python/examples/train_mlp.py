@@ -5,7 +5,8 @@ the swarm. Start a node first, e.g.
     grove-node --bootstrap --workload external --window-ms 1000
     PYTHONPATH=node/python /usr/bin/python3 node/python/examples/train_mlp.py --steps 2000
 
-and on other machines `grove-node --peer HOST:PORT` with this script next to each.
+and on other machines the join command the first node prints (`grove-node --peer HOST:PORT
+--swarm-key KEY`) with this script next to each.
 """
 import argparse
 import sys

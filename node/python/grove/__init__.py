@@ -6,6 +6,7 @@ state sync, checkpoints); your script keeps its model, data, optimiser and loop:
     import grove
 
     node = grove.attach()                      # the local grove-node (--workload external)
+    node.keep(optimizer=opt)                   # saved with the node's checkpoints, restored
     outer = node.noloco(model, inner_steps=50)  # or node.diloco(model, inner_steps=500, ...)
     for batch in loader:
         loss = loss_fn(model(batch)); loss.backward(); opt.step(); opt.zero_grad()
@@ -13,7 +14,7 @@ state sync, checkpoints); your script keeps its model, data, optimiser and loop:
         node.report(loss=loss.item())          # shows in `grove-node status` and the metrics
 
 Start the node first (``grove-node --bootstrap --workload external`` for a new swarm, or
-``grove-node --peer HOST:PORT`` to join one), or let :func:`attach` start it with ``start=[...]``.
+the join command it prints, ``grove-node --peer HOST:PORT --swarm-key KEY``, to join one), or let :func:`attach` start it with ``start=[...]``.
 
 How it works: the script and its node talk over a Unix socket (small msgpack messages) and share
 the parameters through a shared-memory segment of the node, so a large model is never copied
@@ -30,6 +31,7 @@ import os
 import socket as _socket
 import struct
 import subprocess
+import sys
 import time
 
 import msgpack
@@ -77,10 +79,10 @@ def attach(socket=None, state_dir=None, start=None, node_binary=None, timeout=60
     """Attach to the local grove-node and return a :class:`Node`.
 
     socket: the node's trainer socket (default: ``default_socket(state_dir)``, or $GROVE_SOCKET).
-    start: grove-node arguments (e.g. ``["--peer", "203.0.113.5:7400"]`` or ``["--bootstrap",
-        "--workload", "external"]``); when no node answers at the socket, one is started with
-        them (and ``--state-dir``/``--trainer-socket`` set to match), and stopped when the
-        returned node is closed.
+    start: grove-node arguments (e.g. ``["--peer", "203.0.113.5:7400", "--swarm-key", key]``
+        or ``["--bootstrap", "--workload", "external"]``); when no node answers at the socket,
+        one is started with them (and ``--state-dir``/``--trainer-socket`` set to match), and
+        stopped when the returned node is closed.
     node_binary: the grove-node program (default: $GROVE_NODE, else ``grove-node`` on PATH).
     timeout: seconds to wait for the socket to answer.
     """
@@ -132,7 +134,12 @@ class Node:
         self._loss = None
         self._eval_loss = None
         self._tokens = 0
+        self._kept = {}  # name → an object with state_dict() / load_state_dict()
+        self._state_file = None  # where the node has the trainer keep its state
         self.run = None  #: the run's name, once attached
+        #: After attaching: None, or what was restored from the trainer's saved state
+        #: (``{"steps": N, "kept": [names]}``, N the step() calls made when it was saved).
+        self.restored = None
 
     # ---- the algorithm -------------------------------------------------------------------
     def noloco(self, model, inner_steps=50, alpha=0.5, beta=0.7, gamma=0.7):
@@ -148,6 +155,26 @@ class Node:
         """DiLoCo: all-reduce of the outer gradients within groups, Nesterov outer step."""
         return self._hello(model, {"outer": "diloco", "inner_steps": inner_steps,
                                    "outer_lr": outer_lr, "outer_momentum": momentum})
+
+    def keep(self, **objects):
+        """Make objects part of this trainer's state: the inner optimiser, a learning-rate
+        scheduler, the data position — anything with ``state_dict()`` and ``load_state_dict()``
+        whose state ``torch.save`` can write. After each of its checkpoints the node asks the
+        trainer to save them (with the count of ``step()`` calls) in a file of its state
+        directory; a trainer that attaches later to that node (after the trainer crashed, or the
+        node was restarted on its state directory) gets them back when it chooses its
+        algorithm. Call before :meth:`noloco` / :meth:`diloco`::
+
+            node.keep(optimizer=opt, scheduler=sched, data=position)
+        """
+        if self._outer is not None:
+            raise GroveError("keep() goes before noloco() or diloco()")
+        for name, obj in objects.items():
+            if not (callable(getattr(obj, "state_dict", None))
+                    and callable(getattr(obj, "load_state_dict", None))):
+                raise TypeError("%s: keep() needs an object with state_dict() and "
+                                "load_state_dict()" % name)
+            self._kept[name] = obj
 
     def report(self, loss=None, eval_loss=None, tokens=None):
         """Numbers sent with the next step: the training loss (status and metrics show it), an
@@ -208,8 +235,68 @@ class Node:
             raise GroveError("unexpected message from the node: %r" % (msg.get("op"),))
         self.run = msg.get("run")
         self._outer = Outer(self, params, msg)
+        self._state_file = msg.get("state_file") or None
+        self._restore()
         self._outer._serve()  # the node hands over the swarm's weights, or takes ours
         return self._outer
+
+    # ---- the trainer's own state -----------------------------------------------------------
+    def _restore(self):
+        path = self._state_file
+        if not path or not os.path.exists(path):
+            return
+        # The file is this trainer's own (written by _save, mode 0600, in the node's state
+        # directory): unpickled in full only when nobody else could have written it, as ssh
+        # treats its keys. (Debian's torch reads optimiser states, which hold Python floats, only
+        # that way: its weights_only reader refuses them.)
+        st = os.stat(path)
+        if st.st_uid != os.getuid() or st.st_mode & 0o022:
+            sys.stderr.write("grove: %s is not this user's alone (owner or mode): not restored\n"
+                             % path)
+            return
+        try:
+            saved = torch.load(path, map_location="cpu")
+        except Exception as e:  # a cut or foreign file: start afresh, and say so
+            sys.stderr.write("grove: cannot read the trainer state in %s (%s): not restored\n"
+                             % (path, e))
+            return
+        if not isinstance(saved, dict) or saved.get("version") != 1 or \
+                saved.get("run") != self.run:
+            return  # another run's (a state directory used again): not ours
+        objects = saved.get("objects") or {}
+        for name, obj in self._kept.items():
+            if name in objects:
+                obj.load_state_dict(objects[name])
+        self._outer.steps = int(saved.get("steps", 0))
+        self.restored = {"steps": self._outer.steps,
+                         "kept": sorted(n for n in self._kept if n in objects)}
+        sys.stderr.write("grove: restored %s from %s (saved after %d steps)\n"
+                         % (", ".join(self.restored["kept"]) or "the step count", path,
+                            self._outer.steps))
+
+    def _save(self):
+        """Saves the kept objects where the node said; returns "" or why it could not."""
+        path = self._state_file
+        if not path:
+            return "the node named no file for the trainer's state"
+        tmp = path + ".tmp"
+        try:
+            state = {"version": 1, "run": self.run, "steps": self._outer.steps,
+                     "objects": {n: o.state_dict() for n, o in self._kept.items()}}
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                torch.save(state, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)  # whole or not at all
+            dfd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+            return ""
+        except Exception as e:
+            return "%s: %s" % (type(e).__name__, e)
 
     def _send(self, obj):
         body = msgpack.packb(obj, use_bin_type=True)
@@ -294,6 +381,8 @@ class Outer:
             if op == "store":
                 self._store()
                 n._send({"op": "stored"})
+            elif op == "save":
+                n._send({"op": "saved", "why": n._save()})
             elif op == "go":
                 if msg.get("load"):
                     self._load()
