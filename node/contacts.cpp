@@ -1,5 +1,10 @@
 #include "node/contacts.hpp"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <charconv>
 #include <fstream>
 #include <set>
@@ -76,6 +81,59 @@ bool save_contacts(const std::filesystem::path& state_dir,
     return false;
   }
   return true;
+}
+
+namespace {
+
+// Whether a TCP socket can bind ip:port now (as the host's acceptor would: SO_REUSEADDR).
+bool port_free(std::string ip, unsigned port) {
+  if (ip.size() > 2 && ip.front() == '[' && ip.back() == ']') ip = ip.substr(1, ip.size() - 2);
+  sockaddr_storage ss{};
+  socklen_t len = 0;
+  int family = AF_INET;
+  if (auto* v4 = reinterpret_cast<sockaddr_in*>(&ss);
+      ::inet_pton(AF_INET, ip.c_str(), &v4->sin_addr) == 1) {
+    v4->sin_family = AF_INET;
+    v4->sin_port = htons(static_cast<std::uint16_t>(port));
+    len = sizeof(sockaddr_in);
+  } else if (auto* v6 = reinterpret_cast<sockaddr_in6*>(&ss);
+             ::inet_pton(AF_INET6, ip.c_str(), &v6->sin6_addr) == 1) {
+    family = AF_INET6;
+    v6->sin6_family = AF_INET6;
+    v6->sin6_port = htons(static_cast<std::uint16_t>(port));
+    len = sizeof(sockaddr_in6);
+  } else {
+    return false;  // a name: let the host resolve it, with a port of its own choosing
+  }
+  const int fd = ::socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  const int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&ss), len) == 0;
+  ::close(fd);
+  return ok;
+}
+
+}  // namespace
+
+std::string sticky_listen(const std::string& listen, const std::filesystem::path& state_dir) {
+  const auto colon = listen.rfind(':');
+  if (colon == std::string::npos || listen.substr(colon + 1) != "0") return listen;
+  std::ifstream f(state_dir / "port");
+  unsigned port = 0;
+  if (!(f >> port) || port == 0 || port > 65535) return listen;
+  const std::string host = listen.substr(0, colon);
+  if (!port_free(host, port)) return listen;
+  return host + ":" + std::to_string(port);
+}
+
+void remember_port(const std::filesystem::path& state_dir, const std::string& bound) {
+  const auto colon = bound.rfind(':');
+  if (colon == std::string::npos) return;
+  const std::string text = bound.substr(colon + 1) + "\n";
+  if (auto e = write_file_atomically(
+          state_dir / "port", {reinterpret_cast<const std::uint8_t*>(text.data()), text.size()}))
+    spdlog::warn("could not keep our port in {}: {}", (state_dir / "port").string(), e.message());
 }
 
 }  // namespace grove::node

@@ -172,6 +172,9 @@ void Node::Impl::start() {
   checkpoints = std::make_unique<CheckpointWriter>(state_dir);
   board = std::make_shared<StatusBoard>(transport::to_hex(identity.id()).substr(0, 16));
 
+  // Port 0 ("any"): the port of our last run when it is free, so that the contacts and DHT
+  // tables of the swarm that name us still reach us after a restart.
+  o.listen = sticky_listen(o.listen, state_dir);
   net = std::make_unique<Network>(o, identity, swarm_key, [&](const auto& host) {
     servers = std::make_unique<Servers>(host, board);
   });
@@ -182,6 +185,7 @@ void Node::Impl::start() {
                                        {reinterpret_cast<const std::uint8_t*>(a.data()), a.size()}))
       spdlog::warn("could not write {}: {}", (state_dir / "node.addr").string(), e.message());
   }
+  remember_port(state_dir, net->host()->address());
   net->bootstrap(o.peers);
 
   if (resume) {

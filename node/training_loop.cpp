@@ -84,7 +84,7 @@ class Loop {
         ctl_(controller_options(s.o, s.config, s.workload.num_params())),
         P_(s.workload.num_params()) {
     t_.progress.node = transport::to_hex(s.net.host()->id()).substr(0, 16);
-    contacts_ = merge_contacts(s.o.peers, load_contacts(s.state_dir));
+    contacts_ = load_contacts(s.state_dir);  // (the --peer list: saved with the first members)
   }
   int run();
 
@@ -101,7 +101,7 @@ class Loop {
   std::size_t live_members();
   void remember_contacts(const std::vector<std::string>& seen);
   std::vector<std::string> contacts_;  // as saved (the --peer list and the file's at first)
-  SteadyClock::time_point contacts_due_{};
+  SteadyClock::time_point contacts_saved_{};
   void checkpoint();
   void over_phi(
       const std::function<void(const gossip::RoundEngine&, std::size_t, std::size_t)>& fn);
@@ -450,25 +450,30 @@ void Loop::publish_status(const char* status) {
 }
 
 std::size_t Loop::live_members() {
-  auto [n, seen] =
-      transport::run_on(s_.net.dht()->executor(), [m = s_.members, self = s_.net.host()->id()] {
-        const auto live = m->live(dht::DhtRuntime::wall_now());
-        std::vector<std::string> a;
-        for (const auto& info : live)
-          if (info.id != self) a.insert(a.end(), info.addresses.begin(), info.addresses.end());
-        return std::pair{live.size(), std::move(a)};
-      });
+  // The live members' addresses, then the DHT's nearest contacts (our swarm's nodes: the key
+  // keeps others out), which it knows before its member view has polled them.
+  std::size_t n = 0;
+  std::vector<std::string> seen;
+  s_.net.dht()->post_wait([&, m = s_.members](dht::DhtNode& d, dht::Time now) {
+    const auto live = m->live(now);
+    n = live.size();
+    for (const auto& info : live)
+      if (info.id != d.id()) seen.insert(seen.end(), info.addresses.begin(), info.addresses.end());
+    for (const auto& c : d.table().closest(d.id(), kMaxContacts)) seen.push_back(c.address);
+  });
   remember_contacts(seen);
   return n;
 }
 
-// The members' addresses go into the state dir at most once a minute (a restart without --peer
-// rejoins through them); alone, the older contacts stay.
+// The members' addresses go into the state dir (a restart without --peer rejoins through them):
+// when they change, at most every 5 s, else once a minute; alone, the older contacts stay.
 void Loop::remember_contacts(const std::vector<std::string>& seen) {
   const auto now = SteadyClock::now();
-  if (seen.empty() || now < contacts_due_) return;
-  contacts_due_ = now + std::chrono::minutes(1);
-  contacts_ = merge_contacts(seen, contacts_);
+  if (seen.empty() || now < contacts_saved_ + std::chrono::seconds(5)) return;
+  auto merged = merge_contacts(seen, contacts_);
+  if (merged == contacts_ && now < contacts_saved_ + std::chrono::minutes(1)) return;
+  contacts_ = std::move(merged);
+  contacts_saved_ = now;
   save_contacts(s_.state_dir, contacts_);
 }
 

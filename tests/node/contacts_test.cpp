@@ -1,6 +1,11 @@
 // The contacts a node keeps for a restart: bounded, checked, newest first.
 #include "node/contacts.hpp"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <fstream>
 
 #include <gtest/gtest.h>
@@ -56,6 +61,30 @@ TEST(Contacts, AnEditedOrCutFileIsReadSafely) {
   EXPECT_FALSE(plausible_address(""));
   EXPECT_FALSE(plausible_address("h:0"));
   EXPECT_TRUE(plausible_address("[::1]:1"));
+}
+
+// A restart listens on its last port when that is free (port 0 asked), else on any.
+TEST(Contacts, ARestartTakesItsLastPortWhenFree) {
+  Dir d;
+  EXPECT_EQ(sticky_listen("127.0.0.1:0", d.path), "127.0.0.1:0");  // no last port yet
+  // A port in use: a listening socket holds it.
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(fd, 1), 0);
+  socklen_t len = sizeof a;
+  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  const std::string held = "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+  remember_port(d.path, held);
+  EXPECT_EQ(sticky_listen("127.0.0.1:0", d.path), "127.0.0.1:0");
+  ::close(fd);
+  // Free again: taken.
+  EXPECT_EQ(sticky_listen("127.0.0.1:0", d.path), held);
+  EXPECT_EQ(sticky_listen("127.0.0.1:7400", d.path), "127.0.0.1:7400");  // a port was asked for
+  EXPECT_EQ(sticky_listen("[::1]:0", d.path).rfind("[::1]:", 0), 0u);
 }
 
 }  // namespace
