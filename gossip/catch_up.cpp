@@ -49,7 +49,9 @@ void CatchUp::on_offers(std::vector<dht::Record> records, Time now) {
     if (!o || o->run_id != run_id_ || offer_head(*o) < min_round_) continue;
     o->donor = rec.owner_id();
     if (o->donor == store_.id() || o->address.empty()) continue;
+    if (offer_donors_.size() < 64) offer_donors_[o->donor] = o->address;
     if (!donors_.empty() && !donors_.contains(o->donor)) continue;
+    if (opts_.distrust.contains(o->donor)) continue;
     // Joiners spread over the donors of the newest round: order ties by a hash of both ids.
     transport::Blake2b256 h;
     h.update(store_.id());
@@ -131,17 +133,22 @@ SyncProgress CatchUp::progress(Time now) const {
 }
 
 std::vector<StateDownload::Request> CatchUp::take_requests() {
-  if (!download_) return {};
-  return download_->take_requests();
+  auto out = std::exchange(probe_out_, {});
+  if (download_)
+    for (auto& r : download_->take_requests()) out.push_back(std::move(r));
+  return out;
 }
 
 void CatchUp::on_response(std::uint64_t id, std::span<const std::uint8_t> body, Time now) {
+  if (probes_.contains(id)) return on_probe(id, decode_probe_answer(body), now);
   if (!download_) return;
   download_->on_response(id, body, now);
   settle(now);
 }
 
 void CatchUp::on_failure(std::uint64_t id, Time now, const std::string& why) {
+  if (probes_.contains(id))
+    return on_probe(id, transport::Result<ProbeAnswer>(transport::errc::rejected, why), now);
   if (!download_) return;
   download_->on_failure(id, now, why);
   settle(now);
@@ -149,6 +156,16 @@ void CatchUp::on_failure(std::uint64_t id, Time now, const std::string& why) {
 
 void CatchUp::on_timer(Time now) {
   if (status_ != OpStatus::running) return;
+  if (probing_) {
+    // A probe past its deadline (with a second's grace for the driver's own timeout) failed.
+    for (auto it = probes_.begin(); it != probes_.end();) {
+      const auto id = (it++)->first;
+      if (now >= probe_deadline_.at(id) + Time(1000))
+        on_probe(id, transport::Result<ProbeAnswer>(transport::errc::timed_out, "no answer"), now);
+    }
+    if (probing_ && probes_.empty() && now >= probe_again_) probe(now);
+    return;
+  }
   if (download_) {
     download_->on_timer(now);
     return settle(now);
@@ -159,6 +176,11 @@ void CatchUp::on_timer(Time now) {
 std::optional<Time> CatchUp::next_deadline() const {
   // Ended in a DHT callback (no offers): due at once, so that the engine hears of it now.
   if (status_ != OpStatus::running) return started_;
+  if (probing_) {
+    Time t = probe_again_;
+    for (const auto& [id, i] : probes_) t = std::min(t, probe_deadline_.at(id) + Time(1000));
+    return t;
+  }
   if (download_) return download_->next_deadline();
   if (retry_at_ != Time::max()) return retry_at_;
   return std::nullopt;
@@ -191,8 +213,8 @@ void CatchUp::settle(Time now) {
     download_.reset();
     if (!plan_.empty()) return next_delta(now);
     deltas_mode_ = false;
-    status_ = OpStatus::done;
-    return;
+    state_round_ = offer_head(offer_);
+    return probe(now);
   }
   if (download_->status() == OpStatus::failed) {
     // The donors may have moved on to a newer state since their offers were read (a snapshot
@@ -211,6 +233,83 @@ void CatchUp::settle(Time now) {
   offer_ = download_->offer();
   bytes_ = offer_.size;
   download_.reset();
+  state_round_ = offer_.round;
+  probe(now);
+}
+
+// ---- the witnesses -----------------------------------------------------------------------------
+
+void CatchUp::probe(Time now) {
+  if (!probing_) {
+    probing_ = true;
+    probe_started_ = now;
+    // The donor first (it must stand by its state), then the other live members.
+    // Every member we know of: the live ones in our view (a joiner's may be empty yet) and the
+    // donors of the offers read (signed records: a donor cannot hide the others).
+    std::map<NodeId, std::string> known = offer_donors_;
+    if (opts_.members)
+      for (auto& [id, addr] : opts_.members())
+        if (auto& a = known[id]; a.empty()) a = addr;
+    known.erase(store_.id());
+    known[offer_.donor] = offer_.address;
+    witness_at_.clear();
+    witness_at_.emplace_back(offer_.donor, offer_.address);
+    for (const auto& [id, addr] : known)
+      if (id != offer_.donor && witness_at_.size() < kMaxWitnesses)
+        witness_at_.emplace_back(id, addr);
+    witnesses_.clear();
+    for (const auto& w : witness_at_) witnesses_.push_back({w.first, std::nullopt, {}});
+  }
+  probe_again_ = Time::max();
+  const auto body = encode_probe({state_round_, opts_.probe_seed, kProbeSamples});
+  for (std::size_t i = 0; i < witnesses_.size(); ++i) {
+    if (useful(witnesses_[i])) continue;
+    const auto id = probe_id_++;
+    probes_[id] = i;
+    probe_deadline_[id] = now + opts_.sync.request_floor;
+    probe_out_.push_back(
+        {id, witness_at_[i].first, witness_at_[i].second, body, now + opts_.sync.request_floor});
+  }
+  if (probes_.empty()) finish_probes();
+}
+
+bool CatchUp::useful(const Witness& w) const {
+  if (!w.answer) return false;
+  const bool hash =
+      w.answer->round == state_round_ && std::any_of(w.answer->hash.begin(), w.answer->hash.end(),
+                                                     [](std::uint8_t b) { return b != 0; });
+  const bool same = opts_.same_hash && opts_.same_hash(state_round_);
+  return hash || (!same && w.answer->samples.size() == kProbeSamples);
+}
+
+bool CatchUp::probes_enough() const {
+  // One member besides the donor that can vouch for the state (or nobody besides the donor to
+  // ask): the judgement is the engine's (gossip/state_check.hpp).
+  if (witnesses_.size() <= 1) return true;
+  return std::any_of(witnesses_.begin() + 1, witnesses_.end(),
+                     [&](const Witness& w) { return useful(w); });
+}
+
+void CatchUp::on_probe(std::uint64_t id, const transport::Result<ProbeAnswer>& a, Time now) {
+  const auto it = probes_.find(id);
+  if (it == probes_.end()) return;
+  auto& w = witnesses_.at(it->second);
+  probes_.erase(it);
+  probe_deadline_.erase(id);
+  if (a) {
+    w.answer = *a;
+    w.failure.clear();
+  } else {
+    w.failure = a.text();
+  }
+  if (!probes_.empty()) return;
+  if (probes_enough() || now - probe_started_ >= opts_.offers_wait) return finish_probes();
+  probe_again_ = now + Time(1000);  // members that had not ended the round yet may have now
+}
+
+void CatchUp::finish_probes() {
+  probing_ = false;
+  probe_deadline_.clear();
   status_ = OpStatus::done;
 }
 

@@ -14,12 +14,15 @@
 // is the engine's, the requests go out through the driver, the time comes with every call.
 #pragma once
 
+#include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
 #include <string>
 
 #include "dht/record_store.hpp"
+#include "gossip/state_check.hpp"
 #include "gossip/state_sync.hpp"
 
 namespace grove::gossip {
@@ -36,6 +39,16 @@ struct CatchUpOptions {
     Digest hash{};
   };
   std::optional<Held> have;
+  /// Members to check the downloaded state with (gossip/state_check.hpp): the live members other
+  /// than us, by id and address, read when the download is done. They and every donor whose offer
+  /// was read are probed then (at most kMaxWitnesses, the donor first).
+  std::function<std::vector<std::pair<NodeId, std::string>>()> members;
+  std::uint64_t probe_seed = 0;
+  /// Whether a round's members all hold the same φ (DiLoCo): then only a hash of the round is of
+  /// use from a witness, else the samples of its φ too.
+  std::function<bool(std::uint64_t round)> same_hash;
+  /// Donors whose state was refused: their offers are skipped.
+  std::set<NodeId> distrust;
 };
 
 class CatchUp {
@@ -63,6 +76,10 @@ class CatchUp {
   const StateOffer& offer() const { return offer_; }
   /// After a failure: the chunks verified so far, for the next attempt.
   std::optional<SyncPartial> take_partial() { return std::exchange(partial_, std::nullopt); }
+  /// Done: what the witnesses said of the state's round (empty when there were none).
+  std::vector<Witness> take_witnesses() { return std::move(witnesses_); }
+  /// The round the state downloaded is at (offer().round, or its deltas' head).
+  std::uint64_t state_round() const { return state_round_; }
   /// The download's progress (zero until the offers are read and a manifest is in).
   SyncProgress progress(Time now) const;
 
@@ -82,6 +99,13 @@ class CatchUp {
   /// each: true when they chain, and their download has begun.
   bool plan_deltas(const std::vector<StateOffer>& found, Time now);
   void next_delta(Time now);
+  /// The download is done: the witnesses are probed (again, every second, while none but the
+  /// donor said something of use and offers_wait has not passed), then the sync is done.
+  void probe(Time now);
+  void on_probe(std::uint64_t id, const transport::Result<ProbeAnswer>& a, Time now);
+  bool probes_enough() const;
+  bool useful(const Witness& w) const;
+  void finish_probes();
 
   dht::RecordStore& store_;
   std::string run_id_;
@@ -104,6 +128,16 @@ class CatchUp {
   std::uint64_t deltas_total_ = 0;             // the planned deltas' bytes
   std::vector<std::shared_ptr<const StateBlob>> deltas_;
   std::optional<SyncPartial> partial_;  // until the download starts; again after it failed
+  std::uint64_t state_round_ = 0;
+  std::map<NodeId, std::string> offer_donors_;  // every donor whose offer was read, by address
+  std::vector<Witness> witnesses_;              // one per opts_.witnesses (the donor first)
+  std::vector<std::pair<NodeId, std::string>> witness_at_;  // witnesses_'s ids and addresses
+  std::map<std::uint64_t, std::size_t> probes_;             // request id -> witnesses_ index
+  std::map<std::uint64_t, Time> probe_deadline_;
+  std::vector<StateDownload::Request> probe_out_;
+  std::uint64_t probe_id_ = std::uint64_t{1} << 62;  // (a download's ids count from 1)
+  Time probe_started_{0}, probe_again_{Time::max()};
+  bool probing_ = false;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 

@@ -486,6 +486,8 @@ void RoundEngine::on_step_done(std::uint64_t seq, Time now) {
 void RoundEngine::publish_self(const char* status) {
   auto self = members_.self();
   self.payload = encode_progress({state_.round, phi_hash_});
+  // Our hash of each round, for joiners that check a state with us (gossip/state_check.hpp).
+  if (server_ && has_state_) server_->note_hash(state_.round, phi_hash_);
   self.status = status;
   if (self.addresses.empty()) self.addresses = addresses_;
   members_.set_self(self);

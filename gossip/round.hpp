@@ -418,7 +418,15 @@ class RoundEngine {
   std::optional<std::size_t> expect_values_;
   Time sync_started_{0};
   std::string sync_why_;
-  StateOffer sync_offer_;         // of the state being parsed
+  StateOffer sync_offer_;  // of the state being parsed
+  std::uint64_t sync_min_round_ = 0;
+  std::vector<Witness> sync_witnesses_;  // what the other members said of its round
+  std::uint64_t sync_seed_ = 0;          // the probe's
+  std::set<NodeId> distrust_;
+  std::uint64_t syncs_begun_ = 0;  // donors whose state was refused (until a sync is accepted)
+  /// Whether the state the sync job produced is one the other members vouch for
+  /// (gossip/state_check.hpp); the verdict's detail goes to the log and the synced report.
+  StateVerdict check_synced(const StepWork& w) const;
   std::uint64_t sync_bytes_ = 0;  // downloaded for it (the state, or deltas)
   bool full_sync_only_ = false;   // deltas did not replay: the next sync takes the whole state
   /// A sync ended while the group had moved on: its report, held until the catch-up that

@@ -3,10 +3,12 @@
 #include "gossip/round.hpp"
 
 #include <algorithm>
+#include <cstring>
 
 #include <spdlog/spdlog.h>
 
 #include "dht/key.hpp"
+#include "transport/crypto.hpp"
 
 namespace grove::gossip {
 
@@ -126,6 +128,25 @@ void RoundEngine::begin_sync(std::uint64_t min_round, bool joining, std::string 
   o.values = has_state_ ? std::optional(state_.phi.size()) : expect_values_;
   // A member whose φ is the group's of an earlier round replays the group's deltas instead.
   if (has_state_ && !full_sync_only_) o.have = CatchUpOptions::Held{state_.round, phi_hash_};
+  // The state is checked with the other live members before it is taken (a joiner trusts no
+  // single donor): they are probed once it is downloaded.
+  o.members = [this] {
+    std::vector<std::pair<NodeId, std::string>> v;
+    for (const auto& m : members_.live(store_.now()))
+      if (m.id != store_.id() && !departed_.contains(m.id))
+        v.emplace_back(m.id, m.addresses.empty() ? std::string() : m.addresses.front());
+    return v;
+  };
+  transport::Blake2b256 seed;
+  seed.update(store_.id());
+  const auto t = static_cast<std::uint64_t>(now.count()) ^ (++syncs_begun_ << 48);
+  seed.update(std::span(reinterpret_cast<const std::uint8_t*>(&t), sizeof t));
+  const Digest sd = seed.final();
+  std::memcpy(&sync_seed_, sd.data(), sizeof sync_seed_);
+  o.probe_seed = sync_seed_;
+  o.same_hash = [this](std::uint64_t r) { return mode_of(r) == OuterMode::diloco; };
+  o.distrust = distrust_;
+  sync_min_round_ = min_round;
   catch_up_.reset();
   progress_bytes_ = 0;
   progress_at_ = now;
@@ -199,6 +220,7 @@ void RoundEngine::sync_done(Time now) {
   }
   if (opts_.serve_state && server_) w->store = opts_.blobs;
   sync_offer_ = catch_up_->offer();
+  sync_witnesses_ = catch_up_->take_witnesses();
   catch_up_.reset();
   sync_partial_.reset();
   hand_over(std::move(w));
@@ -217,6 +239,24 @@ void RoundEngine::synced(const std::shared_ptr<StepWork>& w, Time now) {
   full_sync_only_ = false;
   if (!w->error.empty()) return sync_failed(w->error, now);
   const StateOffer offer = sync_offer_;
+  const StateVerdict verdict = check_synced(*w);
+  if (!verdict.accepted) {
+    // Not applied: the donor is left out and the state fetched again from another. (Deltas
+    // replayed into our state leave it as the replay took it: the whole state replaces it.)
+    spdlog::warn("state sync: refused the state of round {} from {}: {}", w->state.round,
+                 dht::short_hex(offer.donor), verdict.detail);
+    if (distrust_.size() < 64) distrust_.insert(offer.donor);
+    if (replayed) {
+      state_ = std::move(w->state);
+      ++state_gen_;
+      phi_hash_ = w->hash;
+      full_sync_only_ = true;
+    }
+    return sync_again(sync_min_round_,
+                      sync_why_ + "; the state of " + dht::short_hex(offer.donor) + " was refused",
+                      now);
+  }
+  distrust_.clear();
   state_ = std::move(w->state);
   ++state_gen_;
   has_state_ = true;
@@ -235,7 +275,7 @@ void RoundEngine::synced(const std::shared_ptr<StepWork>& w, Time now) {
   last_sync_ = r.sync_time;
   r.note = sync_why_ + (replayed ? ": replayed the deltas up to round " : ": state of round ") +
            std::to_string(state_.round) + " from " + dht::short_hex(offer.donor) + " (" +
-           std::to_string(sync_bytes_) + " bytes)";
+           std::to_string(sync_bytes_) + " bytes), " + verdict.detail;
   spdlog::info("{}", r.note);
   if (pending_synced_) {  // the sync before this one, in the same report
     r.bytes_received += pending_synced_->bytes_received;
@@ -258,6 +298,17 @@ void RoundEngine::synced(const std::shared_ptr<StepWork>& w, Time now) {
   }
   chained_ = 0;
   reports_.push_back(std::move(r));
+}
+
+StateVerdict RoundEngine::check_synced(const StepWork& w) const {
+  StateToJudge s;
+  s.same_hash = mode_of(w.state.round) == OuterMode::diloco;
+  s.donor = sync_offer_.donor;
+  s.round = w.state.round;
+  s.hash = w.hash;
+  s.phi = w.state.phi;
+  s.seed = sync_seed_;
+  return judge_state(s, sync_witnesses_);
 }
 
 void RoundEngine::sync_failed(std::string why, Time now) {

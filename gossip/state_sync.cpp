@@ -7,6 +7,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "gossip/state_check.hpp"
 #include "transport/crypto.hpp"
 #include "transport/frame.hpp"
 #include "transport/schema.hpp"
@@ -181,10 +182,35 @@ std::shared_ptr<const StateSnapshot> StateServer::latest() const {
   return snaps_.empty() ? nullptr : snaps_.back().snap;
 }
 
+void StateServer::note_hash(std::uint64_t round, const Digest& hash) {
+  std::lock_guard lock(mu_);
+  hashes_[round] = hash;
+  while (hashes_.size() > kHashHistory) hashes_.erase(hashes_.begin());
+}
+
 transport::Result<std::vector<std::uint8_t>> StateServer::answer(
     std::span<const std::uint8_t> request) const {
   auto r = decode_state_request(request);
-  if (!r) return r.error();
+  if (!r) {
+    auto p = decode_probe(request);
+    if (!p) return r.error();
+    ProbeAnswer a;
+    a.round = p->round;
+    std::shared_ptr<const StateSnapshot> latest;
+    {
+      std::lock_guard lock(mu_);
+      if (auto it = hashes_.find(p->round); it != hashes_.end()) a.hash = it->second;
+      if (!snaps_.empty()) latest = snaps_.back().snap;
+    }
+    if (latest && p->samples > 0) {  // a few small reads, outside the lock
+      if (auto s = read_samples(latest->blob(), p->seed, p->samples)) {
+        a.sampled = s->round;
+        a.values = s->values;
+        a.samples = std::move(s->at);
+      }
+    }
+    return encode_probe_answer(a);
+  }
   std::shared_ptr<const StateSnapshot> s;
   {
     std::lock_guard lock(mu_);

@@ -109,6 +109,7 @@ class StateSnapshot {
   /// Chunk i's bytes (errc::rejected past the last; the blob's error when it cannot be read).
   transport::Result<std::vector<std::uint8_t>> chunk(std::uint32_t i) const;
   std::uint32_t chunks() const { return static_cast<std::uint32_t>(manifest_.chunks.size()); }
+  const StateBlob& blob() const { return *blob_; }
 
  private:
   StateSnapshot(std::shared_ptr<const StateBlob> blob, StateManifest m);
@@ -141,8 +142,12 @@ class StateServer {
       std::shared_ptr<const StateSnapshot> s);
   std::size_t keep_deltas() const { return keep_deltas_; }
   std::shared_ptr<const StateSnapshot> latest() const;
+  /// φ's hash at `round` (our state then), kept for the last kHashHistory rounds: a probe
+  /// (gossip/state_check.hpp) asks for it.
+  void note_hash(std::uint64_t round, const Digest& hash);
   /// The response body, or an error: malformed request, or errc::rejected for a snapshot or
-  /// chunk we do not hold (any more).
+  /// chunk we do not hold (any more). A probe is answered with the hash of its round (when
+  /// noted) and samples of the latest snapshot's φ.
   transport::Result<std::vector<std::uint8_t>> answer(std::span<const std::uint8_t> request) const;
 
  private:
@@ -154,8 +159,9 @@ class StateServer {
   std::size_t keep_, keep_deltas_;
   std::uint64_t budget_;
   mutable std::mutex mu_;
-  std::vector<Held> snaps_;   // oldest first
-  std::vector<Held> deltas_;  // oldest first
+  std::vector<Held> snaps_;                 // oldest first
+  std::vector<Held> deltas_;                // oldest first
+  std::map<std::uint64_t, Digest> hashes_;  // by round: the last kHashHistory
 };
 
 struct StateSyncOptions {

@@ -1,5 +1,7 @@
 #include "sim/swarm.hpp"
 
+#include "gossip/state_check.hpp"
+
 #include <chrono>
 #include <cmath>
 #include <random>
@@ -336,10 +338,17 @@ bool Swarm::drain(std::size_t i) {
     }
     if (!donor || !alive(*donor)) {
       r.at = now_ + lat + opts_.gossip_link.loss_detect;
-    } else if (++nodes_[*donor]->requests_in;
-               auto body = nodes_[*donor]->server->answer(req.body)) {
+    } else if (const bool probe = gossip::decode_probe(req.body).has_value();
+               auto body = (nodes_[*donor]->requests_in += !probe,
+                            nodes_[*donor]->server->answer(req.body))) {
       r.ok = true;
       r.body = std::move(*body);
+      if (probe) {  // a few hundred bytes: not held up behind the chunks being served
+        r.at = now_ + 2 * lat;
+        r.seq = seq_++;
+        replies_.push(std::move(r));
+        continue;
+      }
       // The donor's replies leave over its link one after another.
       auto& up = nodes_[*donor]->state_up_free;
       up = std::max(up, now_ + lat) +

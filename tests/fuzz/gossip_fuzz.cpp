@@ -12,13 +12,15 @@
 //     finite (nothing received can put a NaN into the model);
 //   - selector bit 3 set: the bytes go to the DHT-record and state-sync decoders instead
 //     (decode_ready, dht's decode_member, decode_progress, decode_mode, decode_offer,
-//     decode_state_request, decode_manifest, StateServer::answer and a StateDownload's response
-//     handler); what they accept re-encodes to the same value. The bytes are also read as a
-//     state delta (read_delta_header, and replay_delta onto a small state from the delta's own
-//     `from`): what it applies leaves φ finite.
+//     decode_state_request, decode_probe, decode_probe_answer, decode_manifest, StateServer::answer
+//     (chunk requests and probes) and a StateDownload's response handler); what they accept
+//     re-encodes to the same value, and a probe answer's samples are finite. The bytes are also
+//     read as a state delta (read_delta_header, and replay_delta onto a small state from the
+//     delta's own `from`): what it applies leaves φ finite.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <memory>
 
@@ -28,6 +30,7 @@
 #include "gossip/matchmaking.hpp"
 #include "gossip/mode.hpp"
 #include "gossip/progress.hpp"
+#include "gossip/state_check.hpp"
 #include "gossip/state_delta.hpp"
 #include "gossip/state_sync.hpp"
 #include "gossip/step_work.hpp"
@@ -108,6 +111,17 @@ void records(std::span<const std::uint8_t> bytes) {
     auto back = gossip::decode_state_request(gossip::encode_state_request(*q));
     check(back && back->root == q->root && back->index == q->index);
   }
+  if (auto p = gossip::decode_probe(bytes)) {
+    auto back = gossip::decode_probe(gossip::encode_probe(*p));
+    check(back && back->round == p->round && back->seed == p->seed && back->samples == p->samples);
+    check(p->samples <= gossip::kProbeSamples);
+  }
+  if (auto a = gossip::decode_probe_answer(bytes)) {
+    check(a->samples.size() <= gossip::kProbeSamples);
+    for (const float f : a->samples) check(std::isfinite(f));
+    auto back = gossip::decode_probe_answer(gossip::encode_probe_answer(*a));
+    check(back && back->hash == a->hash && back->samples == a->samples);
+  }
   if (auto m = gossip::decode_manifest(bytes, 64)) {
     check(m->chunks.size() <= 64);
     check(gossip::encode_manifest(*m).size() <= bytes.size() + 64);
@@ -116,6 +130,7 @@ void records(std::span<const std::uint8_t> bytes) {
     auto s = std::make_unique<gossip::StateServer>();
     s->add(std::make_shared<gossip::StateSnapshot>("fuzz", 1, std::vector<std::uint8_t>(1000, 7),
                                                    256));
+    s->note_hash(1, gossip::Digest{1, 2, 3});
     return s;
   }();
   (void)server->answer(bytes);

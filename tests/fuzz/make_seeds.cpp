@@ -39,6 +39,7 @@
 #include "gossip/exchange.hpp"
 #include "gossip/matchmaking.hpp"
 #include "gossip/progress.hpp"
+#include "gossip/state_check.hpp"
 #include "gossip/state_delta.hpp"
 #include "gossip/state_sync.hpp"
 #include "node/checkpoint.hpp"
@@ -601,6 +602,8 @@ void gossip_seeds(const fs::path& dir) {
                        {{}, "a:1", "fuzz", 1, 1000, snap.root(), {{1, 400, snap.root(), {}, {}}}}));
   put_rec("state-request", g::encode_state_request({snap.root(), 2}));
   put_rec("manifest", snap.manifest_bytes());
+  put_rec("state-probe", g::encode_probe({1, 77, g::kProbeSamples}));
+  put_rec("probe-answer", g::encode_probe_answer({1, {1, 2, 3}, 1, 250, {0.5f, -1.0f, 2.0f}}));
   grove::dht::MemberInfo member;
   member.addresses = {"192.0.2.1:7400", "[2001:db8::1]:7400"};
   member.run_id = "fuzz";

@@ -107,10 +107,13 @@ struct Logic {
                                                 snapshot_chunk ? snapshot_chunk : job.chunk_bytes),
                              now);
       for (auto& req : x.engine.take_state_requests()) {
-        const std::size_t donor = std::stoul(req.address.substr(1));
-        ++state_requests;
-        manifest_requests += !decode_state_request(req.body)->index;
-        if (fail_state && fail_state(req))
+        // (Probes of the members that check a downloaded state are answered, not counted.)
+        const auto chunk = decode_state_request(req.body);
+        const std::size_t donor =
+            req.address.size() > 1 ? std::stoul(req.address.substr(1)) : m.size();
+        state_requests += static_cast<bool>(chunk);
+        manifest_requests += chunk && !chunk->index;
+        if (donor >= m.size() || (chunk && fail_state && fail_state(req)))
           x.engine.on_state_failure(req.id, now);
         else if (auto body = m[donor]->server->answer(req.body))
           x.engine.on_state_response(req.id, *body, now);

@@ -670,5 +670,63 @@ TEST(RoundEngine, DiLoCoMemberWithOtherSlowWeightsGetsTheGroupsBack) {
   }
 }
 
+// Node `liar`'s state replaced (once it is idle after three rounds) by other weights, v·scale +
+// shift, claiming a round three ahead of the swarm's, so that a joiner reads its offer first:
+// returns their hash.
+Digest plant_a_liar(Swarm& s, std::size_t liar, float scale, float shift) {
+  EXPECT_TRUE(
+      s.run_until([&] { return s.rounds(liar) >= 3 && s.engine(liar).idle(); }, ms(120'000)));
+  Digest bad{};
+  s.dht_network().call(liar, [&](dht::DhtNode& d) {
+    auto st = s.engine(liar).state();
+    for (auto& v : st.phi) v = v * scale + shift;
+    st.round += 3;
+    bad = weights_hash(st.phi);
+    s.engine(liar).start(std::move(st), d.now());
+  });
+  return bad;
+}
+
+// A joiner's note of its first state sync, once it has one ("" when none came in 300 s).
+std::string first_synced(Swarm& s, std::size_t j) {
+  const auto synced = [&]() -> const RoundReport* {
+    for (const auto& r : s.reports(j))
+      if (r.kind == RoundReport::Kind::synced) return &r;
+    return nullptr;
+  };
+  return s.run_until([&] { return synced() != nullptr; }, ms(300'000)) ? synced()->note : "";
+}
+
+// A member whose state is not the swarm's cannot hand it to a joiner: nobody else reports its
+// hash, so the joiner refuses it, says why, and takes the group's state from the others.
+TEST(RoundEngine, ADiLoCoJoinerRefusesAStateNoOtherMemberVouchesFor) {
+  Swarm s(41, fast_options(OuterMode::diloco));
+  grow(s, 3, {ms(3000), {}});
+  const Digest bad = plant_a_liar(s, 1, -3.0f, 1.0f);
+  const std::size_t j = s.join(0, {ms(3000), {}});
+  const std::string note = first_synced(s, j);
+  EXPECT_NE(note.find("was refused"), std::string::npos) << note;
+  EXPECT_NE(note.find("checked against"), std::string::npos) << note;
+  ASSERT_TRUE(s.engine(j).has_state());
+  EXPECT_NE(s.engine(j).state().round, s.engine(1).state().round) << note;
+  EXPECT_NE(weights_hash(s.engine(j).state().phi), bad);
+  // The members behind the liar do not take its state either when they try to catch up.
+  EXPECT_NE(weights_hash(s.engine(0).state().phi), bad);
+  EXPECT_NE(weights_hash(s.engine(2).state().phi), bad);
+}
+
+// NoLoCo: every member's φ is its own, so a joiner compares the state's values at positions of
+// its choosing with the other members' and refuses one far from them all.
+TEST(RoundEngine, ANoLoCoJoinerRefusesAStateFarFromEveryOtherMembers) {
+  Swarm s(42, fast_options(OuterMode::noloco));
+  grow(s, 4, {ms(3000), {}});
+  const Digest bad = plant_a_liar(s, 1, 5.0f, 2.0f);
+  const std::size_t j = s.join(0, {ms(3000), {}});
+  const std::string note = first_synced(s, j);
+  EXPECT_NE(note.find("was refused"), std::string::npos) << note;
+  EXPECT_NE(note.find("from the median of"), std::string::npos) << note;
+  EXPECT_NE(weights_hash(s.engine(j).state().phi), bad);
+}
+
 }  // namespace
 }  // namespace grove::gossip
