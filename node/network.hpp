@@ -64,6 +64,8 @@ class Network {
   /// knows another node then.
   bool rejoin(const std::vector<std::string>& contacts, std::chrono::milliseconds lan_wait,
               const std::atomic<bool>& stopping);
+  /// Whether LAN discovery runs (an Avahi daemon answered).
+  bool lan_discovery() const { return lan_ != nullptr; }
   /// The run `name` (or the only one) among those published; throws ConfigError after 30 s, or
   /// when the swarm has several and none was named.
   std::pair<std::string, RunConfig> find_run(const std::optional<std::string>& name,

@@ -198,9 +198,8 @@ void Node::Impl::start() {
       if (!rejoined)
         spdlog::warn(
             "resumed without --peer and no member of the swarm answered ({} saved contacts, "
-            "nobody on the LAN): training alone from the checkpoint, a swarm of one until others "
-            "join",
-            contacts.size());
+            "{}): training alone from the checkpoint, a swarm of one until others join",
+            contacts.size(), net->lan_discovery() ? "nobody on the LAN" : "LAN discovery off");
     }
   } else if (o.bootstrap) {
     start_kind = StartKind::bootstrap;
