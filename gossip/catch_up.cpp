@@ -52,6 +52,8 @@ void CatchUp::on_offers(std::vector<dht::Record> records, Time now) {
     if (offer_donors_.size() < 64) offer_donors_[o->donor] = o->address;
     if (!donors_.empty() && !donors_.contains(o->donor)) continue;
     if (opts_.distrust.contains(o->donor)) continue;
+    if (const auto d = dropped_.find({o->donor, o->root}); d != dropped_.end() && now < d->second)
+      continue;
     // Joiners spread over the donors of the newest round: order ties by a hash of both ids.
     transport::Blake2b256 h;
     h.update(store_.id());
@@ -59,11 +61,17 @@ void CatchUp::on_offers(std::vector<dht::Record> records, Time now) {
     found.emplace_back(h.final(), std::move(*o));
   }
   if (found.empty()) {
-    if (now - started_ < opts_.offers_wait) {
+    // (Offers left out for a moment after they failed count as offers while the sync has made
+    // progress within offers_wait, as when every donor failed.)
+    const bool cooling = std::any_of(dropped_.begin(), dropped_.end(),
+                                     [&](const auto& d) { return now < d.second; });
+    if (now - started_ < opts_.offers_wait ||
+        (cooling && now - last_progress_ < opts_.offers_wait)) {
       retry_at_ = now + opts_.offers_retry;
       return;
     }
-    return fail("no state offers for run " + run_id_);
+    return fail(last_failure_.empty() ? "no state offers for run " + run_id_
+                                      : last_failure_ + "; no other state offers");
   }
   // The newest state first: the round its deltas reach, then the newest snapshot (the fewest
   // deltas to replay after it).
@@ -72,6 +80,15 @@ void CatchUp::on_offers(std::vector<dht::Record> records, Time now) {
     if (ha != hb) return ha > hb;
     return a.second.round != b.second.round ? a.second.round > b.second.round : a.first < b.first;
   });
+  // Donors our member view has live before the others (a donor gone leaves its offer behind
+  // until it expires), when the view has any.
+  if (opts_.members) {
+    std::set<NodeId> live;
+    for (const auto& [id, addr] : opts_.members()) live.insert(id);
+    if (!live.empty())
+      std::stable_partition(found.begin(), found.end(),
+                            [&](const auto& f) { return live.contains(f.second.donor); });
+  }
   // The snapshot an earlier attempt had begun, when a donor still offers it, goes first: only
   // its missing chunks are fetched.
   if (partial_)
@@ -220,6 +237,9 @@ void CatchUp::settle(Time now) {
     // The donors may have moved on to a newer state since their offers were read (a snapshot
     // they no longer hold is refused), or have gone: read the offers again, keeping the chunks
     // verified, while the sync has made progress within offers_wait.
+    for (auto& d : download_->dropped_offers())
+      if (dropped_.size() < 256) dropped_[d] = now + std::min(Time(2000), opts_.offers_wait / 4);
+    last_failure_ = download_->failure();
     if (now - last_progress_ < opts_.offers_wait) {
       spdlog::info("state sync: {}; reading the offers again", download_->failure());
       if (auto p = download_->take_partial()) partial_ = std::move(p);
@@ -303,7 +323,9 @@ void CatchUp::on_probe(std::uint64_t id, const transport::Result<ProbeAnswer>& a
     w.failure = a.text();
   }
   if (!probes_.empty()) return;
-  if (probes_enough() || now - probe_started_ >= opts_.offers_wait) return finish_probes();
+  // Members a moment behind the round report it within seconds; after that the samples decide.
+  if (probes_enough() || now - probe_started_ >= std::min(opts_.offers_wait, Time(3000)))
+    return finish_probes();
   probe_again_ = now + Time(1000);  // members that had not ended the round yet may have now
 }
 

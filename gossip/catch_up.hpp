@@ -100,7 +100,7 @@ class CatchUp {
   bool plan_deltas(const std::vector<StateOffer>& found, Time now);
   void next_delta(Time now);
   /// The download is done: the witnesses are probed (again, every second, while none but the
-  /// donor said something of use and offers_wait has not passed), then the sync is done.
+  /// donor said something of use, for up to 3 s), then the sync is done.
   void probe(Time now);
   void on_probe(std::uint64_t id, const transport::Result<ProbeAnswer>& a, Time now);
   bool probes_enough() const;
@@ -130,7 +130,13 @@ class CatchUp {
   std::optional<SyncPartial> partial_;  // until the download starts; again after it failed
   std::uint64_t state_round_ = 0;
   std::map<NodeId, std::string> offer_donors_;  // every donor whose offer was read, by address
-  std::vector<Witness> witnesses_;              // one per opts_.witnesses (the donor first)
+  /// Offers (donor, root) a download of this sync dropped, and until when they are not tried
+  /// again (a donor gone keeps its signed offer in the DHT until it expires: the offers are read
+  /// again every offers_retry, it would be dialed each time; one that moved on offers another
+  /// root, tried at once).
+  std::map<std::pair<NodeId, Digest>, Time> dropped_;
+  std::string last_failure_;        // of the last download that failed
+  std::vector<Witness> witnesses_;  // one per opts_.witnesses (the donor first)
   std::vector<std::pair<NodeId, std::string>> witness_at_;  // witnesses_'s ids and addresses
   std::map<std::uint64_t, std::size_t> probes_;             // request id -> witnesses_ index
   std::map<std::uint64_t, Time> probe_deadline_;

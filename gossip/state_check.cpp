@@ -145,7 +145,8 @@ StateVerdict judge_state(const StateToJudge& s, std::span<const Witness> witness
     return w.who != s.donor && w.answer &&
            ((w.answer->values > 0 && w.answer->values == s.phi.size()) || !zero(w.answer->hash));
   });
-  std::string said;  // every witness's answer, for the log
+  std::string said;    // every witness's answer, for the log
+  std::string prefix;  // DiLoCo, when only the donor reports the round: what they said
   const auto note = [&](const Witness& w, const std::string& what) {
     said += (said.empty() ? "" : ", ") + dht::short_hex(w.who) + ": " + what;
   };
@@ -189,15 +190,18 @@ StateVerdict judge_state(const StateToJudge& s, std::span<const Witness> witness
       v.detail = "its hash " + hex(s.hash) + " is reported by " + count;
       return v;
     }
-    if (others_agree == 0 && others_hold) {
-      v.detail = "no member but its donor " + donor + " vouches for it: " + count;
+    if (others_agree > 0 || !others_hold) {
+      v.accepted = true;
+      v.detail = "checked against " + count;
       return v;
     }
-    v.accepted = true;
-    v.detail = "checked against " + count;
-    return v;
+    // Only its donor holds the round (it ended it alone: the others will catch up from it, or it
+    // lies): its values must lie near the other members', as a NoLoCo state's.
+    prefix = "no member but its donor " + donor + " reports round " + std::to_string(s.round) +
+             " (" + said + "); ";
+    said.clear();
   }
-  // NoLoCo: the state's values at the sampled positions against the other members'.
+  // The state's values at the sampled positions against the other members'.
   std::vector<std::vector<float>> others;
   for (const auto& w : witnesses) {
     if (w.who == s.donor) {
@@ -219,10 +223,11 @@ StateVerdict judge_state(const StateToJudge& s, std::span<const Witness> witness
   if (others.empty()) {
     if (!others_hold) {
       v.accepted = true;
-      v.detail = "its donor " + donor + " is the only other member with a state (" + said + ")";
+      v.detail =
+          prefix + "its donor " + donor + " is the only other member with a state (" + said + ")";
       return v;
     }
-    v.detail = "no member but its donor " + donor + " could be compared (" + said + ")";
+    v.detail = prefix + "no member but its donor " + donor + " could be compared (" + said + ")";
     return v;
   }
   std::vector<float> ours;
@@ -245,7 +250,7 @@ StateVerdict judge_state(const StateToJudge& s, std::span<const Witness> witness
                 "spread %.3g, norm %.3g)",
                 d, others.size(), bound, median(spread), norm);
   v.accepted = d <= bound;
-  v.detail = std::string(buf) + " (" + said + ")";
+  v.detail = prefix + buf + " (" + said + ")";
   return v;
 }
 

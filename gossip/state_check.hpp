@@ -9,7 +9,9 @@
 //  - DiLoCo (every member of a round's group ends it with the same φ): the state's hash must be
 //    the one that a strict majority of the members reporting a hash for its round report, and
 //    someone other than the donor must report it, unless no other member that answered holds a
-//    state (a swarm of two; a bootstrap node and its first joiners);
+//    state (a swarm of two; a bootstrap node and its first joiners). When only the donor holds the
+//    round (it ended rounds alone, past its group's patience: the others catch up from it), its
+//    values must lie near the other members' instead, as a NoLoCo state's;
 //  - NoLoCo (every member's φ is its own): the donor must report the hash of the state it served
 //    (when it answers), and the state's values at the sampled positions must lie near the other
 //    members' (at most 4 times their own spread around their median, plus three quarters of the

@@ -225,6 +225,12 @@ class StateDownload {
   const StateOffer& offer() const { return offers_.at(current_); }
   /// Donors asked for something so far (those dropped and those serving).
   std::size_t donors_tried() const { return dropped_.size() + active_.size(); }
+  /// The offers (donor, root) dropped so far: they failed, or their donor no longer holds them.
+  std::vector<std::pair<NodeId, Digest>> dropped_offers() const {
+    std::vector<std::pair<NodeId, Digest>> v;
+    for (const auto i : dropped_) v.emplace_back(offers_[i].donor, offers_[i].root);
+    return v;
+  }
   /// Donors serving chunks now.
   std::size_t donors_active() const { return active_.size(); }
   std::size_t chunks_fetched() const { return fetched_; }

@@ -160,6 +160,24 @@ TEST(StateCheck, ADiLoCoStateNeedsTheHashOfAStrictMajorityAndSomeoneBesidesItsDo
   v = judge_state(diloco(8, good), w);
   EXPECT_TRUE(v.accepted) << v.detail;
   EXPECT_NE(v.detail.find("holds no state"), std::string::npos) << v.detail;
+  // Only the donor holds the round (it ended rounds alone; the others catch up from it): its
+  // values must lie near the other members'.
+  const std::size_t n = 5000;
+  const std::uint64_t seed = 99;
+  const auto ahead = weights(n, 1, 0.01f), close = weights(n, 2, 0.01f);
+  std::vector<float> far = ahead;
+  for (auto& x : far) x = -3 * x + 1;
+  w = {hash_witness(1, 9, good), sample_witness(2, close, seed), sample_witness(3, close, seed)};
+  auto lone = diloco(9, good);
+  lone.phi = ahead;
+  lone.seed = seed;
+  v = judge_state(lone, w);
+  EXPECT_TRUE(v.accepted) << v.detail;
+  EXPECT_NE(v.detail.find("no member but its donor"), std::string::npos) << v.detail;
+  lone.phi = far;
+  v = judge_state(lone, w);
+  EXPECT_FALSE(v.accepted) << v.detail;
+  EXPECT_NE(v.detail.find("from the median of 2 other members"), std::string::npos) << v.detail;
   // A donor that reports another hash than the state it served.
   w = {hash_witness(1, 8, bad), hash_witness(2, 8, good), hash_witness(3, 8, good)};
   v = judge_state(diloco(8, good), w);
