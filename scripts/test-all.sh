@@ -6,7 +6,8 @@
 # ctest, (d) fuzz slices 1m02s.
 #
 #   (a) scripts/install-deps.sh                     (apt is skipped when everything is installed)
-#   (b) build/       RelWithDebInfo: build, ctest
+#   (b) build/       RelWithDebInfo: build, ctest; a 3-minute soak (bench/soak.py: kills, stops,
+#                    restarts, joins and trainer kills on 8 nodes, NoLoCo and DiLoCo in turn)
 #   (c) build-asan/  clang, ASan + UBSan and libFuzzer's coverage (assertions on): build, ctest
 #                    (all but labels netns, long)
 #   (t) build-tsan/  GCC, ThreadSanitizer (assertions on): the unit and in-process test binaries
@@ -87,6 +88,8 @@ step "(b) build/: configure and build (RelWithDebInfo)"
 configure_and_build build -DCMAKE_BUILD_TYPE=RelWithDebInfo
 step "(b) build/: ctest"
 ctest --test-dir build --output-on-failure -j "$jobs"
+step "(b) soak: 3 minutes of chaos on 8 nodes over emulated 100 Mbit/s, 20-80 ms links (bench/soak.py), after a 1-minute baseline"
+/usr/bin/python3 bench/soak.py build/node/grove-node --minutes 3 --baseline-minutes 1 --loss 0 --seed 3
 
 if [[ "$quick" == 1 ]]; then
   step "GROVE_TEST_QUICK=1: skipping the sanitizer build (c) and fuzzing (d)"
