@@ -177,7 +177,7 @@ void CatchUp::on_timer(Time now) {
     // A probe past its deadline (with a second's grace for the driver's own timeout) failed.
     for (auto it = probes_.begin(); it != probes_.end();) {
       const auto id = (it++)->first;
-      if (now >= probe_deadline_.at(id) + Time(1000))
+      if (now >= probes_.at(id).deadline + Time(1000))
         on_probe(id, transport::Result<ProbeAnswer>(transport::errc::timed_out, "no answer"), now);
     }
     if (probing_ && probes_.empty() && now >= probe_again_) probe(now);
@@ -195,7 +195,7 @@ std::optional<Time> CatchUp::next_deadline() const {
   if (status_ != OpStatus::running) return started_;
   if (probing_) {
     Time t = probe_again_;
-    for (const auto& [id, i] : probes_) t = std::min(t, probe_deadline_.at(id) + Time(1000));
+    for (const auto& [id, p] : probes_) t = std::min(t, p.deadline + Time(1000));
     return t;
   }
   if (download_) return download_->next_deadline();
@@ -285,8 +285,7 @@ void CatchUp::probe(Time now) {
   for (std::size_t i = 0; i < witnesses_.size(); ++i) {
     if (useful(witnesses_[i])) continue;
     const auto id = probe_id_++;
-    probes_[id] = i;
-    probe_deadline_[id] = now + opts_.sync.request_floor;
+    probes_[id] = {i, now + opts_.sync.request_floor};
     probe_out_.push_back(
         {id, witness_at_[i].first, witness_at_[i].second, body, now + opts_.sync.request_floor});
   }
@@ -313,9 +312,8 @@ bool CatchUp::probes_enough() const {
 void CatchUp::on_probe(std::uint64_t id, const transport::Result<ProbeAnswer>& a, Time now) {
   const auto it = probes_.find(id);
   if (it == probes_.end()) return;
-  auto& w = witnesses_.at(it->second);
+  auto& w = witnesses_.at(it->second.witness);
   probes_.erase(it);
-  probe_deadline_.erase(id);
   if (a) {
     w.answer = *a;
     w.failure.clear();
@@ -331,7 +329,6 @@ void CatchUp::on_probe(std::uint64_t id, const transport::Result<ProbeAnswer>& a
 
 void CatchUp::finish_probes() {
   probing_ = false;
-  probe_deadline_.clear();
   status_ = OpStatus::done;
 }
 

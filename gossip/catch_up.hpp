@@ -138,8 +138,11 @@ class CatchUp {
   std::string last_failure_;        // of the last download that failed
   std::vector<Witness> witnesses_;  // one per opts_.witnesses (the donor first)
   std::vector<std::pair<NodeId, std::string>> witness_at_;  // witnesses_'s ids and addresses
-  std::map<std::uint64_t, std::size_t> probes_;             // request id -> witnesses_ index
-  std::map<std::uint64_t, Time> probe_deadline_;
+  struct Probe {
+    std::size_t witness = 0;  // witnesses_ index
+    Time deadline{0};
+  };
+  std::map<std::uint64_t, Probe> probes_;  // by request id
   std::vector<StateDownload::Request> probe_out_;
   std::uint64_t probe_id_ = std::uint64_t{1} << 62;  // (a download's ids count from 1)
   Time probe_started_{0}, probe_again_{Time::max()};
