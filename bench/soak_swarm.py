@@ -24,7 +24,13 @@ NODE_ARGS = ["--no-progress", "--no-upnp", "--threads", "1", "--checkpoint-every
 STARTED = re.compile(r"^\s*(resumed|synced)\s+round (\d+)", re.M)
 LISTENING = re.compile(r"^\s*listening (\S+)", re.M)
 WEIGHTS = {"kill": 3, "term": 2, "stop": 2, "join": 2, "trainer": 1}  # among the possible ones
-START_S, REJOIN_S, TERM_S = 90.0, 120.0, 120.0
+# A restart or a joiner must print its start line within START_S and average a round within
+# REJOIN_MAX_S of it (PCCL's stress harness fails when no reduce completes for 5 minutes). Within
+# REJOIN_S is on time; a later one is counted and its delay reported, not failed: a DiLoCo member
+# that syncs into a round may wait up to 120 s for its group and then run an all-reduce whose
+# deadline is at least 60 s, and under frame loss a group's members may read different ready
+# records, split, and suspect each other in turn (10 s each) before the outsider re-syncs.
+START_S, REJOIN_S, REJOIN_MAX_S, TERM_S = 90.0, 120.0, 300.0, 120.0
 
 
 # ---- processes ----------------------------------------------------------------------------------
@@ -196,12 +202,12 @@ class Event:
                 return self.finish()
         if self.phase == "verify_rejoin":
             if life.averaged:
-                self.h.tally("rejoined")
+                self.h.rejoined(now - self.at)
                 return self.finish()
             if not life.alive():
                 return self.finish()
-            if now - self.at > REJOIN_S:
-                self.fail("averaged no round within %.0f s of its start line" % REJOIN_S, life)
+            if now - self.at > REJOIN_MAX_S:
+                self.fail("averaged no round within %.0f s of its start line" % REJOIN_MAX_S, life)
                 return self.finish()
 
 
@@ -343,6 +349,6 @@ class TrainerKill(Event):
             if h.rounds_of(s) > self.mark:
                 h.tally("trainer reattached")
                 return self.finish()
-            if now - self.at > REJOIN_S:
-                self.fail("its node ended no round within %.0f s of the new trainer" % REJOIN_S)
+            if now - self.at > REJOIN_MAX_S:
+                self.fail("its node ended no round within %.0f s of the new trainer" % REJOIN_MAX_S)
                 return self.finish()

@@ -241,7 +241,9 @@ Node options (any node):
   --no-progress           no live progress line
   --emulate-link RATE[,RTT[,LOSS]]
                           testing: slow every link of this node in-process, e.g. 100mbit,100ms
-                          (RATE in kbit, mbit or gbit per second; RTT added; LOSS of frames).
+                          (RATE in kbit, mbit or gbit per second; RTT added; LOSS of packets:
+                          as over TCP, a frame with a lost packet arrives a retransmission
+                          timeout late, 200 ms + RTT, and the frames behind it wait).
                           It shapes what this node sends (give it to every node to shape both
                           ways). Frames are serialised at RATE, then travel RTT/2; those not
                           serialised yet count in the sender's bounded send queue, so control

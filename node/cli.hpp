@@ -64,7 +64,7 @@ struct CliOptions {
   struct LinkEmulation {
     double bytes_per_sec = 0;  ///< 0 = unlimited
     std::uint32_t rtt_ms = 0;  ///< half is added to every frame this node sends
-    double loss = 0;           ///< probability that a frame this node sends is dropped
+    double loss = 0;  ///< packet loss of the path: a frame with a lost packet is an RTO late
   };
   std::optional<LinkEmulation> emulate_link;
   // status / request

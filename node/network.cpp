@@ -46,11 +46,13 @@ Network::Network(
     transport::FaultConfig fc;
     fc.latency = transport::Duration(o.emulate_link->rtt_ms / 2);
     fc.bandwidth_bytes_per_sec = o.emulate_link->bytes_per_sec;
-    fc.loss = o.emulate_link->loss;
+    fc.packet_loss = o.emulate_link->loss;
     ho.faults = std::make_shared<transport::FaultPlan>(seed_of(identity.id()));
     ho.faults->set_default(fc);
-    spdlog::info("emulating links: {:.0f} Mbit/s, +{} ms round trip, {:.1f}% loss",
-                 fc.bandwidth_bytes_per_sec * 8 / 1e6, o.emulate_link->rtt_ms, 100 * fc.loss);
+    spdlog::info(
+        "emulating links: {:.0f} Mbit/s, +{} ms round trip, {:.1f}% packet loss (a frame with a "
+        "lost packet arrives a retransmission timeout late)",
+        fc.bandwidth_bytes_per_sec * 8 / 1e6, o.emulate_link->rtt_ms, 100 * fc.packet_loss);
   }
   try {
     host_ = transport::Host::create(io_, identity, ho);

@@ -1,6 +1,7 @@
 #include "transport/faulty_link.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include <boost/asio/post.hpp>
 
@@ -59,6 +60,18 @@ void FaultyLink::send(Frame f) {
   if (c.bandwidth_bytes_per_sec > 0)
     busy_until_ += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
         static_cast<double>(f.wire_size()) / c.bandwidth_bytes_per_sec));
+  if (c.packet_loss > 0) {
+    // Each lost packet of the frame costs a retransmission timeout (RFC 6298 with Linux's
+    // 200 ms floor: at least 200 ms, plus the round trip), during which the sender sends
+    // nothing new; the frames behind it wait (in-order delivery, below).
+    const double packets = std::ceil(static_cast<double>(f.wire_size()) / 1448.0);
+    std::binomial_distribution<std::uint64_t> lost(static_cast<std::uint64_t>(packets),
+                                                   c.packet_loss);
+    if (const auto n = lost(plan_->rng_); n > 0) {
+      ++plan_->retransmitted_;
+      busy_until_ += static_cast<Duration::rep>(n) * (Duration(200) + 2 * c.latency);
+    }
+  }
   auto at = busy_until_ + c.latency;
   if (c.jitter.count() > 0)
     at += Duration(std::uniform_int_distribution<long>(0, c.jitter.count())(plan_->rng_));

@@ -2,13 +2,20 @@
 // throttles, hangs or cuts frames, configured per peer through a shared FaultPlan. It wraps a
 // TcpLink or a MemLink alike, so the same knobs work over real sockets and in memory.
 //
-// Knobs act on frames this side sends (latency, jitter, bandwidth, loss, fail_after_frames);
+// Knobs act on frames this side sends (latency, jitter, bandwidth, loss, packet_loss,
+// fail_after_frames);
 // a frame is first serialised at the bandwidth (it waits in the link's queue, as in a router's
 // buffer) and then travels for the latency (in flight, like bytes inside the network: they no
 // longer count in queued_bytes(), so a sender keeps a bandwidth-delay product in flight as it
 // would over TCP; on_writable() fires as the queue drains, not when frames arrive);
 // `hang` swallows frames in both directions (a frozen peer: nothing arrives, nothing is
 // answered, the connection stays open); FaultPlan::disconnect() cuts links abruptly.
+// Two kinds of loss: `loss` makes a frame vanish (a message lost inside a live session, which a
+// reliable stream never does: for tests of what a lost message does to a protocol), and
+// `packet_loss` is what loss on an IP path does to a TCP connection (what --emulate-link
+// models): a frame of S bytes spans ceil(S / 1448) packets, and when one of them is lost the
+// frame arrives a retransmission timeout late (Linux: at least 200 ms, plus the round trip),
+// holding back every frame behind it (in-order delivery; nothing new is sent meanwhile).
 // Random choices come from the plan's seeded generator: the same seed drops the same frames.
 #pragma once
 
@@ -29,6 +36,7 @@ struct FaultConfig {
   Duration jitter{0};                  ///< plus a uniform random extra delay in [0, jitter]
   double bandwidth_bytes_per_sec = 0;  ///< serialisation rate limit; 0 = unlimited
   double loss = 0;                     ///< probability that a sent frame silently vanishes
+  double packet_loss = 0;              ///< TCP over a lossy path: a frame late by an RTO per loss
   bool hang = false;                   ///< swallow every frame both ways, keep the link open
   std::size_t fail_after_frames = 0;   ///< cut the link when sending frame N+1 (0 = never)
 };
@@ -47,6 +55,8 @@ class FaultPlan {
   void disconnect(const NodeId& peer);
 
   std::uint64_t frames_dropped() const noexcept { return dropped_; }
+  /// Frames held back a retransmission timeout by packet_loss.
+  std::uint64_t frames_retransmitted() const noexcept { return retransmitted_; }
   std::uint64_t frames_swallowed() const noexcept { return swallowed_; }
 
  private:
@@ -55,7 +65,7 @@ class FaultPlan {
   FaultConfig default_;
   std::map<NodeId, FaultConfig> per_peer_;
   std::vector<std::weak_ptr<FaultyLink>> links_;
-  std::uint64_t dropped_ = 0, swallowed_ = 0;
+  std::uint64_t dropped_ = 0, swallowed_ = 0, retransmitted_ = 0;
 };
 
 class FaultyLink final : public Link,

@@ -106,6 +106,31 @@ TEST_P(FaultTest, PartialLossIsDeterministicForASeed) {
   EXPECT_LT(d1, 150u);
 }
 
+TEST_P(FaultTest, PacketLossDelaysFramesInOrderAndLosesNone) {
+  // As over TCP: a frame with a lost packet comes a retransmission timeout (>= 200 ms) late and
+  // the frames behind it wait; every frame arrives, in order.
+  FaultConfig c;
+  c.packet_loss = 0.2;
+  make(c);
+  std::vector<int> got;
+  std::promise<void> done;
+  b_->handle_message("seq", [&](const PeerInfo&, Payload p) {
+    got.push_back(p.bytes().empty() ? -1 : p.bytes()[0]);
+    if (got.size() == 50) done.set_value();
+  });
+  const auto t0 = Clock::now();
+  for (int i = 0; i < 50; ++i) {
+    std::uint8_t v = static_cast<std::uint8_t>(i);
+    a_->send(PeerRef::at(b_->address()), "seq", Bytes::copy_of({&v, 1}));
+  }
+  auto f = done.get_future();
+  ASSERT_EQ(f.wait_for(30s), std::future_status::ready);
+  for (int i = 0; i < 50; ++i) EXPECT_EQ(got[static_cast<std::size_t>(i)], i);
+  EXPECT_EQ(run_on(a_->executor(), [&] { return plan_->frames_dropped(); }), 0u);
+  EXPECT_GT(run_on(a_->executor(), [&] { return plan_->frames_retransmitted(); }), 0u);
+  EXPECT_GE(Clock::now() - t0, Duration(200));
+}
+
 TEST_P(FaultTest, BandwidthLimitThrottlesAStream) {
   FaultConfig c;
   c.bandwidth_bytes_per_sec = 4e6;  // 4 MB/s
