@@ -1,6 +1,7 @@
 #include "gossip/matchmaking.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <msgpack.hpp>
@@ -22,7 +23,7 @@ using transport::errc;
 namespace {
 namespace sc = transport::schema;
 constexpr auto kReadySchema = sc::record<ReadyInfo>(
-    "ready record", 1,
+    "ready record", 2,
     sc::field("addresses", &ReadyInfo::addresses, sc::List<sc::Str>{8, sc::Str{256}}),
     sc::field("run", &ReadyInfo::run_id, sc::Str{64, 1}),
     sc::field("round", &ReadyInfo::round, sc::Uint{}),
@@ -32,7 +33,8 @@ constexpr auto kReadySchema = sc::record<ReadyInfo>(
     sc::field("phi_hash", &ReadyInfo::phi_hash, sc::Bin{32}),
     sc::field("wait_for", &ReadyInfo::wait_for, sc::Uint{}),
     sc::field("behind", &ReadyInfo::behind, sc::Bool{}),
-    sc::field("fresh", &ReadyInfo::fresh, sc::Bool{}));
+    sc::field("fresh", &ReadyInfo::fresh, sc::Bool{}),
+    sc::field("delta_norm", &ReadyInfo::delta_norm, sc::Real{0.0, 1e300, true}));
 }  // namespace
 
 std::vector<std::uint8_t> encode_ready(const ReadyInfo& r) {
@@ -148,6 +150,27 @@ OpId group_op(const std::string& run_id, std::uint64_t window, std::vector<NodeI
   return op;
 }
 
+std::map<NodeId, std::string> undeclared_norms(
+    const std::vector<std::pair<NodeId, double>>& members) {
+  std::map<NodeId, std::string> out;
+  const auto declared = static_cast<std::size_t>(std::count_if(
+      members.begin(), members.end(), [](const auto& m) { return std::isfinite(m.second); }));
+  if (declared == 0) return out;  // nobody declared one (members of an older version)
+  for (const auto& [id, x] : members)
+    if (!std::isfinite(x))
+      out[id] = "it declared no pseudo-gradient norm while " + std::to_string(declared) +
+                " other member(s) of its round did";
+  return out;
+}
+
+double norm_clip(std::vector<double> norms) {
+  std::erase_if(norms, [](double x) { return !std::isfinite(x); });
+  if (norms.empty()) return std::numeric_limits<double>::quiet_NaN();
+  const auto mid = norms.begin() + static_cast<std::ptrdiff_t>(norms.size() / 2);
+  std::nth_element(norms.begin(), mid, norms.end());  // the upper middle of an even count
+  return kMaxNormToMedian * *mid;
+}
+
 Matchmaker::Matchmaker(dht::RecordStore& store, std::string run_id, MatchOptions opts)
     : store_(store), run_id_(std::move(run_id)), opts_(opts) {
   if (!dht::valid_run_id(run_id_)) throw transport::ConfigError("invalid run id: " + run_id_);
@@ -157,8 +180,9 @@ Matchmaker::Matchmaker(dht::RecordStore& store, std::string run_id, MatchOptions
 void Matchmaker::ready(std::uint64_t round, std::vector<std::string> addresses, Time now,
                        std::function<void(MatchResult)> done, bool average_phi,
                        const std::array<std::uint8_t, 32>& phi_hash, std::uint32_t wait_for,
-                       bool behind, bool fresh) {
+                       bool behind, bool fresh, double delta_norm) {
   behind_ = behind;
+  delta_norm_ = delta_norm;
   fresh_ = fresh;
   round_ = round;
   average_phi_ = average_phi;
@@ -220,6 +244,7 @@ void Matchmaker::publish(Time now) {
   info.wait_for = wait_for_;
   info.behind = behind_;
   info.fresh = fresh_;
+  info.delta_norm = delta_norm_;
   // seq = window: a later window's record replaces an earlier one in our slot.
   store_.write(ready_key(run_id_, window_, bucket_, buckets_), "ready", window_,
                close + 4 * opts_.window, encode_ready(info), now,
@@ -262,6 +287,7 @@ void Matchmaker::on_read(std::uint64_t attempt, std::vector<dht::Record> records
     std::array<std::uint8_t, 32> phi_hash;
     std::uint32_t wait_for;
     bool behind, fresh;
+    double delta_norm;
   };
   std::vector<Seen> seen;
   std::map<std::uint64_t, std::size_t> rounds;
@@ -281,7 +307,8 @@ void Matchmaker::on_read(std::uint64_t attempt, std::vector<dht::Record> records
     // A record stored under a bucket its owner does not land in (a member writing to several
     // buckets to be grouped several times) is left out.
     if (buckets_ > 1 && bucket_of(run_id_, window_, id, buckets_) != bucket_) continue;
-    seen.push_back({id, info->round, info->phi_hash, info->wait_for, info->behind, info->fresh});
+    seen.push_back({id, info->round, info->phi_hash, info->wait_for, info->behind, info->fresh,
+                    info->delta_norm});
     ++rounds[info->round];
     highest = std::max(highest, info->round);
     r.average_phi |= opts_.same_round && info->average_phi;
@@ -293,9 +320,20 @@ void Matchmaker::on_read(std::uint64_t attempt, std::vector<dht::Record> records
     if (count >= best) best = count, r.swarm_round = round;
   if (r.average_phi) r.swarm_round = highest;
   r.at_swarm_round = rounds.count(r.swarm_round) ? rounds[r.swarm_round] : 0;
+  // DiLoCo (Δ alone): a member that declared no ‖Δ‖ while others of its round did is left out,
+  // decided from the records alike by every reader (its Δ could not be bounded).
+  std::map<NodeId, std::string> outliers;
+  if (opts_.same_round && !r.average_phi) {
+    std::vector<std::pair<NodeId, double>> at_round;
+    for (const auto& e : seen)
+      if (e.round == r.swarm_round) at_round.emplace_back(e.id, e.delta_norm);
+    outliers = undeclared_norms(at_round);
+  }
   std::vector<NodeId> ids;
   for (const auto& e : seen)
-    if (!opts_.same_round || r.average_phi || e.round == r.swarm_round) ids.push_back(e.id);
+    if (!opts_.same_round || r.average_phi || (e.round == r.swarm_round && !outliers.count(e.id)))
+      ids.push_back(e.id);
+  for (const auto& [id, why] : outliers) r.left_out.push_back(id);
   r.group = {store_.id()};
   const bool found =
       std::any_of(seen.begin(), seen.end(), [&](const Seen& e) { return e.id == store_.id(); });
@@ -305,6 +343,9 @@ void Matchmaker::on_read(std::uint64_t attempt, std::vector<dht::Record> records
     r.out_of_sync = true;
     r.note = "our round " + std::to_string(round_) + " is not the swarm's round " +
              std::to_string(r.swarm_round);
+  } else if (auto it = outliers.find(store_.id()); it != outliers.end()) {
+    r.norm_excluded = true;
+    r.note = it->second;
   } else {
     for (auto& g : make_groups(run_id_, window_, ids, opts_.group_size))
       if (std::find(g.begin(), g.end(), store_.id()) != g.end()) r.group = g;
@@ -316,6 +357,8 @@ void Matchmaker::on_read(std::uint64_t attempt, std::vector<dht::Record> records
           r.behind |= e.behind;
           r.all_fresh &= e.fresh;
         }
+      // The members the records counted at this round include those left out: not waited for.
+      r.wait_for -= std::min(r.wait_for, outliers.size());
     }
     if (opts_.same_round && !r.average_phi && r.group.size() > 1) {
       // Members of one round that name different slow weights (the swarm split for a while and
@@ -329,6 +372,16 @@ void Matchmaker::on_read(std::uint64_t attempt, std::vector<dht::Record> records
         r.note = "the group's members hold " + std::to_string(hashes.size()) +
                  " different slow weights: averaging them";
       }
+    }
+    if (opts_.same_round && !r.average_phi && r.group.size() > 1) {
+      for (const auto& e : seen)
+        if (std::isfinite(e.delta_norm) &&
+            std::find(r.group.begin(), r.group.end(), e.id) != r.group.end())
+          r.delta_norms[e.id] = e.delta_norm;
+      if (r.delta_norms.size() != r.group.size()) r.delta_norms.clear();
+      std::vector<double> norms;
+      for (const auto& [id, x] : r.delta_norms) norms.push_back(x);
+      r.clip_norm = norm_clip(std::move(norms));
     }
     if (r.group.size() == 1) {
       const Time now = store_.now();

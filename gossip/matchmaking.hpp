@@ -25,11 +25,14 @@
 #pragma once
 
 #include <array>
+#include <cmath>
 #include <deque>
 #include <functional>
+#include <limits>
 #include <map>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "dht/record_store.hpp"
@@ -75,6 +78,10 @@ struct MatchOptions {
   std::size_t bucket_members = 64;
 };
 
+/// DiLoCo: a member's ‖Δ‖ counts in its group's mean up to this many times the median of the
+/// norms the group's members declared (ReadyInfo::delta_norm); a larger Δ is scaled down to it.
+inline constexpr double kMaxNormToMedian = 4.0;
+
 struct ReadyInfo {
   NodeId id{};  ///< the record's owner (not encoded: the signature proves it)
   std::vector<std::string> addresses;
@@ -95,7 +102,20 @@ struct ReadyInfo {
   bool behind = false;
   /// DiLoCo: this member joined by a state sync and has ended no round since.
   bool fresh = false;
-  friend bool operator==(const ReadyInfo&, const ReadyInfo&) = default;
+  /// DiLoCo: ‖Δ‖ of this member's pseudo-gradient for the round (NaN: not given — a member
+  /// entering from NoLoCo, whose group averages φ). A member whose norm is above
+  /// kMaxNormToMedian × the median of its group's scales its Δ down to that (norm_clip), and the
+  /// group's ‖mean Δ‖ must stay within the mean of its members' norms so clipped.
+  double delta_norm = std::numeric_limits<double>::quiet_NaN();
+  friend bool operator==(const ReadyInfo& a, const ReadyInfo& b) {
+    const auto tie = [](const ReadyInfo& r) {
+      return std::tie(r.addresses, r.run_id, r.round, r.window, r.group, r.average_phi, r.phi_hash,
+                      r.wait_for, r.behind, r.fresh);
+    };
+    const bool norms =
+        a.delta_norm == b.delta_norm || (std::isnan(a.delta_norm) && std::isnan(b.delta_norm));
+    return tie(a) == tie(b) && norms;
+  }
 };
 /// The ready record's value (schema in matchmaking.cpp: the fields above in order); decoding is
 /// bounded.
@@ -121,6 +141,16 @@ std::uint64_t bucket_of(const std::string& run_id, std::uint64_t window, const N
 std::vector<std::vector<NodeId>> make_groups(const std::string& run_id, std::uint64_t window,
                                              std::vector<NodeId> ids, std::size_t group_size = 2);
 
+/// DiLoCo: the members (id, declared ‖Δ‖; NaN: none) of one round in a window that are left out
+/// of its group because they declared no norm while others did, with the reason. The same for
+/// every reader of the same records.
+std::map<NodeId, std::string> undeclared_norms(
+    const std::vector<std::pair<NodeId, double>>& members);
+/// DiLoCo: the most a member's ‖Δ‖ may be in a group whose members declared `norms`:
+/// kMaxNormToMedian × their median (the upper middle of an even count); NaN when none is finite.
+/// A member above it scales its Δ down to it before the all-reduce.
+double norm_clip(std::vector<double> norms);
+
 /// The op id of a group's exchange in a window (the same on every member).
 OpId group_op(const std::string& run_id, std::uint64_t window, std::vector<NodeId> group);
 
@@ -138,8 +168,19 @@ struct MatchResult {
   std::size_t wait_for = 0;        ///< same_round: the largest wait_for of the group's records
   bool behind = false;             ///< same_round: a record of the group says `behind`
   bool all_fresh = false;          ///< same_round: every record of the group says `fresh`
-  std::size_t buckets = 1;         ///< the window's ready records were spread over this many keys
-  bool write_late = false;         ///< our ready record was not stored before the window closed
+  /// same_round: we declared no ‖Δ‖ while other members of our round did: we are left out of
+  /// the round (`note` says so)
+  bool norm_excluded = false;
+  /// same_round, mean Δ only: the norms the group's members declared (every member of the group
+  /// has one; empty when not every member gave one, or the group averages φ).
+  std::map<NodeId, double> delta_norms;
+  /// The most a member's ‖Δ‖ may be in this group (norm_clip of delta_norms; NaN: no bound).
+  double clip_norm = std::numeric_limits<double>::quiet_NaN();
+  /// same_round: the members of our round this window left out for declaring no norm (not
+  /// waited for: `wait_for` is already net of them).
+  std::vector<NodeId> left_out;
+  std::size_t buckets = 1;  ///< the window's ready records were spread over this many keys
+  bool write_late = false;  ///< our ready record was not stored before the window closed
 };
 
 class Matchmaker {
@@ -159,7 +200,8 @@ class Matchmaker {
   void ready(std::uint64_t round, std::vector<std::string> addresses, Time now,
              std::function<void(MatchResult)> done, bool average_phi = false,
              const std::array<std::uint8_t, 32>& phi_hash = {}, std::uint32_t wait_for = 0,
-             bool behind = false, bool fresh = false);
+             bool behind = false, bool fresh = false,
+             double delta_norm = std::numeric_limits<double>::quiet_NaN());
   bool busy() const { return state_ != State::idle; }
   /// When a ready() at `now` would read its window's records.
   Time read_time(Time now) const;
@@ -193,6 +235,7 @@ class Matchmaker {
   std::array<std::uint8_t, 32> phi_hash_{};
   std::uint32_t wait_for_ = 0;
   bool behind_ = false, fresh_ = false;
+  double delta_norm_ = std::numeric_limits<double>::quiet_NaN();
   Time read_at_{0}, give_up_at_{0}, first_ready_{0};
   std::deque<Time> write_times_;  ///< the last ready writes' durations, newest last
   std::uint64_t written_window_ = 0, late_window_ = 0;  ///< windows whose write ended (late)

@@ -125,6 +125,11 @@ void RoundEngine::submit(optim::Floats theta, Time now) {
   entering_diloco_ = switched && round_mode_ == OuterMode::diloco;
   // NoLoCo's m and DiLoCo's b are different quantities (and signs): restart from zero.
   if (switched) std::fill(state_.momentum.begin(), state_.momentum.end(), 0.0f);
+  // DiLoCo: ‖Δ‖ goes into our ready records; the group leaves out a member far above the others
+  // and bounds its mean by the members' norms (gossip/matchmaking.hpp). One read of θ and φ.
+  delta_norm_ = round_mode_ == OuterMode::diloco && !entering_diloco_
+                    ? pseudo_gradient_norm(state_.phi, theta_, opts_.threads)
+                    : std::numeric_limits<double>::quiet_NaN();
   if (auto rep = judge_.take_repair()) {
     if (round_mode_ == OuterMode::diloco) {
       // This phase was trained from slow weights that are not the group's: drop it and take
@@ -174,7 +179,7 @@ void RoundEngine::declare_ready(Time now) {
   if (!diloco) mm.set_swarm_size(members_.live(now).size());  // sets the number of buckets
   mm.ready(state_.round, addresses_, now,
            guarded(alive_, [this](MatchResult m) { on_match(std::move(m), store_.now()); }),
-           entering_diloco_, phi_hash_, wait_for, behind, fresh);
+           entering_diloco_, phi_hash_, wait_for, behind, fresh, delta_norm_);
 }
 
 void RoundEngine::on_match(MatchResult m, Time now) {
@@ -194,6 +199,24 @@ void RoundEngine::on_match(MatchResult m, Time now) {
     const std::uint64_t want = m.at_swarm_round >= 2 ? m.swarm_round + 1 : m.swarm_round;
     begin_sync(want, false, "left out of round " + std::to_string(state_.round) + ": " + m.note,
                now);
+    return;
+  }
+  for (const auto& id : m.left_out) {
+    norm_left_out_[id] = state_.round;
+    if (id != store_.id())
+      spdlog::warn(
+          "round {}: {} is left out of the group: it declared no pseudo-gradient norm "
+          "(its Δ could not be bounded)",
+          state_.round, dht::short_hex(id));
+  }
+  for (auto it = norm_left_out_.begin(); it != norm_left_out_.end();)
+    it = it->second + 2 < state_.round || norm_left_out_.size() > 64 ? norm_left_out_.erase(it)
+                                                                     : std::next(it);
+  if (diloco && m.norm_excluded) {
+    // We declared no ‖Δ‖ (we could not measure it): the group ends the round without us, and
+    // we take its state.
+    begin_sync(state_.round + 1, false,
+               "left out of round " + std::to_string(state_.round) + ": " + m.note, now);
     return;
   }
   const Others view = diloco ? others(now) : Others{};
@@ -258,10 +281,26 @@ void RoundEngine::on_match(MatchResult m, Time now) {
     auto input = std::make_shared<optim::Floats>();
     average_phi_ = m.average_phi;
     group_round_ = m.swarm_round;
+    group_norms_ = m.delta_norms;
+    group_clip_ = m.clip_norm;
+    // A Δ far larger than the group's (more than kMaxNormToMedian × the median of the norms its
+    // members declared) counts only up to that: scaled down, so that one member's fault or
+    // attack moves φ no more than a few honest members' steps would.
+    float scale = 1.0f;
+    if (!average_phi_ && std::isfinite(group_clip_) && delta_norm_ > group_clip_) {
+      scale = static_cast<float>(group_clip_ / delta_norm_);
+      spdlog::warn(
+          "round {}: our pseudo-gradient's norm {:.6g} is more than {:.0f}x the median of "
+          "the group's declared norms: scaled down to {:.6g}",
+          state_.round, delta_norm_, kMaxNormToMedian, group_clip_);
+      r.note = fmt::format("our pseudo-gradient scaled down from {:.6g} to {:.6g}", delta_norm_,
+                           group_clip_);
+    }
     // The slow weights differ after NoLoCo rounds: average them once with the pseudo-gradient
     // (φ ‖ Δ in one tensor).
     const std::size_t n = state_.phi.size();
-    *input = average_phi_ ? delta(n, copy_into(state_.phi, 2 * n, opts_.floats)) : delta(0, {});
+    *input =
+        average_phi_ ? delta(n, copy_into(state_.phi, 2 * n, opts_.floats)) : delta(0, {}, scale);
     // The previous all-reduce's result buffer is reused (its pages are already there).
     auto out = std::make_shared<optim::Floats>(std::move(spare_));
     auto o = opts_.allreduce;
@@ -429,8 +468,29 @@ void RoundEngine::on_op_finished(std::unique_ptr<Protocol> p, Time now) {
   auto w = step_work(StepWork::Kind::diloco_ring,
                      server_ && server_->keep_deltas() > 0 && !average_phi_);
   w->average_phi = average_phi_;
+  w->max_mean_norm = mean_norm_bound(ar->members(), ar->options().codec);
   w->ring = ar->take_result();
   finish_round(std::move(r), std::move(w), std::move(members));
+}
+
+double RoundEngine::mean_norm_bound(const std::vector<NodeId>& ring, WireCodec codec) const {
+  constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+  if (average_phi_ || group_norms_.empty()) return kNaN;
+  double sum = 0;
+  for (const auto& id : ring) {
+    const auto it = group_norms_.find(id);
+    if (it == group_norms_.end()) return kNaN;
+    sum += std::isfinite(group_clip_) ? std::min(it->second, group_clip_) : it->second;
+  }
+  // ‖mean Δ‖ ≤ mean ‖Δ_i‖ (each clipped), plus the codec's rounding: each of the ring's hops
+  // encodes a partial sum once (relative error per encoding: fp32 ~1e-7, fp16 2^-11, bf16 2^-8,
+  // E3M0 up to ~0.4).
+  const double per_encoding = codec == WireCodec::fp32   ? 1e-6
+                              : codec == WireCodec::fp16 ? 1e-3
+                              : codec == WireCodec::bf16 ? 8e-3
+                                                         : 0.5;
+  const auto k = static_cast<double>(ring.size());
+  return sum / k * (1.0 + (k + 1.0) * per_encoding) + 1e-30;
 }
 
 void RoundEngine::finish_round(RoundReport r, std::shared_ptr<StepWork> w,
@@ -463,6 +523,10 @@ void RoundEngine::on_step_done(std::uint64_t seq, Time now) {
   ++state_gen_;
   phi_hash_ = w->hash;
   if (w->kind == StepWork::Kind::diloco_ring) spare_ = std::move(w->ring);
+  if (!w->dropped.empty()) {
+    spdlog::error("round {}: {}", state_.round - 1, w->dropped);
+    r.note += (r.note.empty() ? "" : "; ") + w->dropped;
+  }
   if (w->theta.size() == state_.phi.size()) r.spare = std::move(w->theta);
   synced_into_round_ = false;
   r.sync_time = now - submitted_;

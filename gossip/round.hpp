@@ -38,6 +38,7 @@
 
 #include <deque>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -287,8 +288,16 @@ class RoundEngine {
   /// The other live members in our view, less those seen leaving.
   using Others = OthersView;
   Others others(Time now) const {
-    return view_of_others(members_.live(now), store_.id(), departed_, state_.round, last_group_);
+    if (norm_left_out_.empty())
+      return view_of_others(members_.live(now), store_.id(), departed_, state_.round, last_group_);
+    auto skip = departed_;  // and the members left out for no norm lately: not waited for
+    for (const auto& [id, round] : norm_left_out_)
+      if (state_.round <= round + 2) skip.insert(id);
+    return view_of_others(members_.live(now), store_.id(), skip, state_.round, last_group_);
   }
+  /// DiLoCo: members our groups left out for declaring no ‖Δ‖ (gossip/matchmaking.hpp), with the
+  /// round: the group does not wait for them for two rounds after (at most 64 kept).
+  std::map<NodeId, std::uint64_t> norm_left_out_;
   /// DiLoCo: wait for the members that are fetching the state (RoundOptions::sync_wait).
   bool wait_for_syncing(const Others& view, Time waited, Time now) {
     if (view.syncing == 0 || view.ahead || opts_.group_wait <= Time(0) ||
@@ -340,15 +349,19 @@ class RoundEngine {
   void sync_failed(std::string why, Time now);  // by value: `why` may live in catch_up_
   void report_progress(Time now);  // a sync_progress report, at most about once a second
   void poll_modes(Time now);
-  /// Δ = φ − θ written at `offset` of `into` (pseudo_gradient_into).
-  optim::Floats delta(std::size_t offset, optim::Floats into) const {
+  /// Δ = φ − θ (times `scale`) written at `offset` of `into` (pseudo_gradient_into).
+  optim::Floats delta(std::size_t offset, optim::Floats into, float scale = 1.0f) const {
     return pseudo_gradient_into(state_.phi, theta_, offset, std::move(into), opts_.floats,
-                                opts_.threads);
+                                opts_.threads, scale);
   }
   optim::Floats spare_;  // the last all-reduce's result buffer, for the next one
   OpDeadlines op_deadlines_;
   std::uint64_t state_gen_ = 0;
   std::vector<std::shared_ptr<const StateSnapshot>> retired_;
+  /// The most ‖mean Δ‖ of the all-reduce among `ring` may be (StepWork::max_mean_norm): the
+  /// mean of the norms its members declared (each at most the group's norm_clip), with `codec`'s
+  /// rounding; NaN when not every member declared one or the group averaged φ.
+  double mean_norm_bound(const std::vector<NodeId>& ring, WireCodec codec) const;
   /// The deadline of an averaging op that sends `bytes` (logged).
   Time op_deadline(const char* what, std::size_t members, std::uint64_t bytes, Time silence) const;
 
@@ -396,6 +409,10 @@ class RoundEngine {
   bool entering_diloco_ = false;
   bool average_phi_ = false;       // this DiLoCo round averages φ as well
   std::uint64_t group_round_ = 0;  // the round the group agreed on
+  /// DiLoCo: ‖Δ‖ of this round's θ, declared in our ready records (NaN: entering from NoLoCo).
+  double delta_norm_ = std::numeric_limits<double>::quiet_NaN();
+  std::map<NodeId, double> group_norms_;  // the norms the running all-reduce's group declared
+  double group_clip_ = std::numeric_limits<double>::quiet_NaN();  // and its norm_clip
   std::optional<OpId> op_;
   Time op_started_{0};
   std::vector<NodeId> group_;

@@ -1,8 +1,11 @@
 #include "gossip/step_work.hpp"
 
+#include <cmath>
+
 #include <spdlog/spdlog.h>
 
 #include "gossip/state_delta.hpp"
+#include "optim/codecs.hpp"
 #include "transport/crypto.hpp"
 
 namespace grove::gossip {
@@ -25,18 +28,44 @@ Digest weights_hash(const optim::Floats& phi) {
 
 optim::Floats pseudo_gradient_into(const optim::Floats& phi, const optim::Floats& theta,
                                    std::size_t offset, optim::Floats into,
-                                   const optim::FloatAllocator& alloc, unsigned threads) {
+                                   const optim::FloatAllocator& alloc, unsigned threads,
+                                   float scale) {
   if (into.size() < offset + phi.size()) into = optim::Floats::zeros(offset + phi.size(), alloc);
   optim::by_fragments(phi.size(),
                       [&](std::size_t lo, std::size_t hi) {
                         optim::pseudo_gradient(std::span(phi.data() + lo, hi - lo),
                                                std::span(theta.data() + lo, hi - lo),
                                                std::span(into.data() + offset + lo, hi - lo),
-                                               threads);
+                                               threads, scale);
                         into.release(offset + lo, offset + hi);
                       },
                       {&phi, &theta});
   return into;
+}
+
+double pseudo_gradient_norm(const optim::Floats& phi, const optim::Floats& theta,
+                            unsigned threads) {
+  double sum = 0.0;
+  optim::by_fragments(phi.size(),
+                      [&](std::size_t lo, std::size_t hi) {
+                        sum += optim::pseudo_gradient_sq_norm(std::span(phi.data() + lo, hi - lo),
+                                                              std::span(theta.data() + lo, hi - lo),
+                                                              threads);
+                      },
+                      {&phi, &theta});
+  return std::sqrt(sum);
+}
+
+double norm_of(const optim::Floats& values, std::size_t offset, std::size_t n) {
+  double sum = 0.0;
+  optim::by_fragments(n,
+                      [&](std::size_t lo, std::size_t hi) {
+                        const double x = optim::l2_norm(values.data() + offset + lo, hi - lo);
+                        sum += x * x;
+                        values.release(offset + lo, offset + hi);
+                      },
+                      {});
+  return std::sqrt(sum);
 }
 
 optim::Floats copy_into(const optim::Floats& from, std::size_t size,
@@ -139,6 +168,18 @@ void StepWork::run() {
       // The result is mean Δ, or mean φ ‖ mean Δ (members entered from NoLoCo: one φ, one
       // momentum (zero) and one round for the group).
       const std::size_t d = average_phi ? n : 0;
+      if (!average_phi && std::isfinite(max_mean_norm)) {
+        // A member that declared a smaller ‖Δ‖ than it sent shows here: the triangle inequality
+        // bounds ‖mean Δ‖ by the mean of the members' norms.
+        if (const double got = norm_of(ring, d, n); !(got <= max_mean_norm)) {
+          dropped = "the mean pseudo-gradient's norm " + fmt::format("{:.6g}", got) + " is above " +
+                    fmt::format("{:.6g}", max_mean_norm) +
+                    ", the mean of the norms the members declared (a member sent more than it "
+                    "declared): the round's step is not taken, slow weights unchanged";
+          ring.release();
+          break;
+        }
+      }
       // Mean Δ alone is also kept as the round's delta (a member behind replays it).
       std::optional<DeltaWriter> out;
       if (delta_store && !average_phi) {

@@ -6,6 +6,7 @@
 // nothing but the job's own fields and the store.
 #pragma once
 
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -27,11 +28,17 @@ inline Digest weights_hash(const std::vector<float>& v) {
   return weights_hash(std::span<const float>(v));
 }
 
-/// Δ = φ − θ written at `offset` of `into` (made with `alloc` when too small), a fragment at a
-/// time, each released once written.
+/// Δ = φ − θ (times `scale`) written at `offset` of `into` (made with `alloc` when too small),
+/// a fragment at a time, each released once written.
 optim::Floats pseudo_gradient_into(const optim::Floats& phi, const optim::Floats& theta,
                                    std::size_t offset, optim::Floats into,
-                                   const optim::FloatAllocator& alloc, unsigned threads);
+                                   const optim::FloatAllocator& alloc, unsigned threads,
+                                   float scale = 1.0f);
+/// ‖φ − θ‖ (the pseudo-gradient's L2 norm, Δ not written), a fragment at a time, each released
+/// once read; finite exactly when every difference is.
+double pseudo_gradient_norm(const optim::Floats& phi, const optim::Floats& theta, unsigned threads);
+/// ‖values[offset, offset + n)‖, a fragment at a time (the result of an all-reduce).
+double norm_of(const optim::Floats& values, std::size_t offset, std::size_t n);
 /// `from` copied into the first values of a new array of `size` values made with `alloc`.
 optim::Floats copy_into(const optim::Floats& from, std::size_t size,
                         const optim::FloatAllocator& alloc);
@@ -66,6 +73,13 @@ struct StepWork {
   WireCodec delta_codec = WireCodec::fp16;
   Digest delta_from{};
   std::shared_ptr<const StateBlob> delta;  ///< diloco_ring: the delta kept (out; nullptr: none)
+  /// diloco_ring (mean Δ only): the most ‖mean Δ‖ may be — the mean of the norms the ring's
+  /// members published in their ready records, with the codec's rounding (NaN: not checked).
+  /// Above it a member sent more than it declared: the step is not taken (φ, momentum stay,
+  /// the round advances, no delta is kept) and `dropped` says why. Every member decides alike:
+  /// the mean is bit-identical and the norms come from the same records.
+  double max_mean_norm = std::numeric_limits<double>::quiet_NaN();
+  std::string dropped;  ///< diloco_ring: why the round's step was not taken (out; empty: taken)
   /// replay: the deltas, oldest first, applied with `diloco`; `hash` is φ's hash before them
   /// (in). On an error `state` may have been changed part way (`hash` is then its hash).
   std::vector<std::shared_ptr<const StateBlob>> deltas;

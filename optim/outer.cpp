@@ -5,6 +5,7 @@
 #include <cassert>
 #include <cmath>
 #include <cstring>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -83,6 +84,31 @@ void sub_kernel(const float* __restrict p, const float* __restrict t, float* __r
   for (std::size_t i = lo; i < hi; ++i) d[i] = p[i] - t[i];
 }
 
+void scaled_sub_kernel(const float* __restrict p, const float* __restrict t, float* __restrict d,
+                       float scale, std::size_t lo, std::size_t hi) {
+  for (std::size_t i = lo; i < hi; ++i) d[i] = (p[i] - t[i]) * scale;
+}
+
+// Σ (p − t)² over [lo, hi) in double, eight independent partial sums (one add chain would be
+// latency-bound, as in l2_norm).
+double sq_dist_kernel(const float* __restrict p, const float* __restrict t, std::size_t lo,
+                      std::size_t hi) {
+  double acc[8] = {};
+  std::size_t i = lo;
+  for (; i + 8 <= hi; i += 8)
+    for (std::size_t k = 0; k < 8; ++k) {
+      const double d = static_cast<double>(p[i + k]) - t[i + k];
+      acc[k] += d * d;
+    }
+  double s = 0.0;
+  for (; i < hi; ++i) {
+    const double d = static_cast<double>(p[i]) - t[i];
+    s += d * d;
+  }
+  for (const double a : acc) s += a;
+  return s;
+}
+
 void mix_kernel(float* __restrict t, float* __restrict p, const float* __restrict q, float alpha,
                 std::size_t lo, std::size_t hi) {
   const float b = 1.0f - alpha;
@@ -137,11 +163,30 @@ void apply_mean_update(std::span<float> phi, std::span<const float> mean_update,
 }
 
 void pseudo_gradient(std::span<const float> phi, std::span<const float> theta,
-                     std::span<float> delta, unsigned threads) {
+                     std::span<float> delta, unsigned threads, float scale) {
   assert(phi.size() == theta.size() && phi.size() == delta.size());
   parallel_slices(phi.size(), threads, [&](std::size_t lo, std::size_t hi) {
-    sub_kernel(phi.data(), theta.data(), delta.data(), lo, hi);
+    if (scale == 1.0f)
+      sub_kernel(phi.data(), theta.data(), delta.data(), lo, hi);
+    else
+      scaled_sub_kernel(phi.data(), theta.data(), delta.data(), scale, lo, hi);
   });
+}
+
+double pseudo_gradient_sq_norm(std::span<const float> phi, std::span<const float> theta,
+                               unsigned threads) {
+  assert(phi.size() == theta.size());
+  std::mutex mu;
+  std::vector<std::pair<std::size_t, double>> parts;  // (slice start, its sum)
+  parallel_slices(phi.size(), threads, [&](std::size_t lo, std::size_t hi) {
+    const double s = sq_dist_kernel(phi.data(), theta.data(), lo, hi);
+    const std::lock_guard lock(mu);
+    parts.emplace_back(lo, s);
+  });
+  std::sort(parts.begin(), parts.end());  // the same sum whatever order the slices ended in
+  double sum = 0.0;
+  for (const auto& [lo, s] : parts) sum += s;
+  return sum;
 }
 
 void overlap_mix(std::span<float> theta_local, std::span<float> phi, std::span<const float> phi_new,

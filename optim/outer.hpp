@@ -57,9 +57,13 @@ void error_feedback_accumulate(std::span<float> e, std::span<const float> delta,
 void apply_mean_update(std::span<float> phi, std::span<const float> mean_update, float lr,
                        unsigned threads = 1);
 
-/// Δ = φ − θ.
+/// Δ = φ − θ; with `scale` ≠ 1, Δ = (φ − θ) × scale (a pseudo-gradient clipped to a norm).
 void pseudo_gradient(std::span<const float> phi, std::span<const float> theta,
-                     std::span<float> delta, unsigned threads = 1);
+                     std::span<float> delta, unsigned threads = 1, float scale = 1.0f);
+/// ‖φ − θ‖² in double (Δ's squared L2 norm without writing Δ); finite exactly when every
+/// difference is. Summed per slice, then the slices in order.
+double pseudo_gradient_sq_norm(std::span<const float> phi, std::span<const float> theta,
+                               unsigned threads = 1);
 
 /// Overlap (Streaming DiLoCo): the round's exchange ran while inner steps went on; when the new
 /// slow weights φ' arrive, θ = α·θ_local + (1−α)·φ' and φ := φ'. The next pseudo-gradient is

@@ -2,7 +2,10 @@
 // threes, no waiting for slow nodes, no stale partners.
 #include "gossip/matchmaking.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <functional>
+#include <limits>
 #include <map>
 #include <msgpack.hpp>
 #include <set>
@@ -129,7 +132,7 @@ TEST(Matchmaking, ReadyRecordRoundTripsAndRejectsTruncation) {
   pk.pack(r.average_phi);
   auto old = decode_ready(std::span(reinterpret_cast<const std::uint8_t*>(sb.data()), sb.size()));
   ASSERT_FALSE(old);
-  EXPECT_EQ(old.why(), "ready record: expected a list of 11 elements");
+  EXPECT_EQ(old.why(), "ready record: expected a list of 12 elements");
 }
 
 TEST(Matchmaking, ReadyRecordCarriesTheGroupsDecisionsAndRejectsBadFlags) {
@@ -140,11 +143,12 @@ TEST(Matchmaking, ReadyRecordCarriesTheGroupsDecisionsAndRejectsBadFlags) {
       ASSERT_TRUE(d);
       EXPECT_EQ(*d, r);
     }
-  auto pack = [](std::uint64_t wait_for, bool flag_as_int) {
+  // The last field, ‖Δ‖: 0 = 1.5, 1 = nil (none declared), 2 = -1, 3 = a string.
+  auto pack = [](std::uint64_t wait_for, bool flag_as_int, int norm = 0) {
     msgpack::sbuffer sb;
     msgpack::packer<msgpack::sbuffer> pk(sb);
-    pk.pack_array(11);
-    pk.pack_uint8(1);
+    pk.pack_array(12);
+    pk.pack_uint8(2);
     pk.pack(std::vector<std::string>{"a:1"});
     pk.pack(std::string("run-x"));
     pk.pack(std::uint64_t{3});
@@ -160,6 +164,10 @@ TEST(Matchmaking, ReadyRecordCarriesTheGroupsDecisionsAndRejectsBadFlags) {
     else
       pk.pack(true);
     pk.pack(false);
+    if (norm == 0) pk.pack_double(1.5);
+    if (norm == 1) pk.pack_nil();
+    if (norm == 2) pk.pack_double(-1.0);
+    if (norm == 3) pk.pack(std::string("1.5"));
     return std::vector<std::uint8_t>(sb.data(), sb.data() + sb.size());
   };
   auto ok = decode_ready(pack(5, false));
@@ -167,9 +175,61 @@ TEST(Matchmaking, ReadyRecordCarriesTheGroupsDecisionsAndRejectsBadFlags) {
   EXPECT_EQ(ok->wait_for, 5u);
   EXPECT_TRUE(ok->behind);
   EXPECT_FALSE(ok->fresh);
+  EXPECT_EQ(ok->delta_norm, 1.5);
+  auto none = decode_ready(pack(5, false, 1));
+  ASSERT_TRUE(none);
+  EXPECT_TRUE(std::isnan(none->delta_norm));
+  EXPECT_EQ(decode_ready(pack(5, false, 2)).why(), "ready record field delta_norm: out of range");
+  EXPECT_EQ(decode_ready(pack(5, false, 3)).why(), "ready record field delta_norm: not a number");
+  // A declared norm and none both round-trip.
+  for (const double x : {0.0, 2.75, std::numeric_limits<double>::quiet_NaN()}) {
+    ReadyInfo r{{}, {"10.0.0.1:4000"}, "run-x", 7, 99, true, false, {}, 1, false, false, x};
+    auto d = decode_ready(encode_ready(r));
+    ASSERT_TRUE(d);
+    EXPECT_EQ(*d, r);
+  }
   EXPECT_EQ(decode_ready(pack(5, true)).why(), "ready record field behind: not a boolean");
   EXPECT_EQ(decode_ready(pack(std::uint64_t{1} << 33, false)).why(),  // beyond 32 bits
             "ready record field wait_for: out of range");
+}
+
+// One DiLoCo window (round 4) of `n` members over an 8-node DHT: member i declares itself ready
+// through `ready(i, its matchmaker, where its result goes)`; returns the members' ids and results.
+using ReadyFn =
+    std::function<void(std::size_t, Matchmaker&, DhtNetwork&, std::function<void(MatchResult)>)>;
+struct Window {
+  std::vector<NodeId> ids;
+  std::vector<MatchResult> got;
+};
+Window diloco_window(std::uint64_t seed, std::size_t n, const ReadyFn& ready) {
+  DhtNetwork net{seed, LinkModel{Time(30), Time(10), 0.0}, sim_options()};
+  std::mt19937_64 rng{3};
+  grow(net, 8, rng, 2);
+  net.run_for(Time(5000));
+  MatchOptions mo;
+  mo.group_size = 0;
+  mo.same_round = true;
+  std::vector<std::unique_ptr<Matchmaker>> mm;
+  std::vector<std::optional<MatchResult>> got(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    mm.push_back(std::make_unique<Matchmaker>(net.node(i), "run-d", mo));
+    net.call(i, [&](dht::DhtNode&) {
+      ready(i, *mm[i], net, [&got, i](MatchResult r) { got[i] = std::move(r); });
+    });
+  }
+  EXPECT_TRUE(net.run_until(
+      [&] {
+        for (std::size_t i = 0; i < n; ++i)
+          net.call(i, [&](dht::DhtNode&) { mm[i]->on_timer(net.now()); });
+        return std::all_of(got.begin(), got.end(), [](const auto& g) { return g.has_value(); });
+      },
+      Time(60'000)));
+  Window w;
+  for (std::size_t i = 0; i < n; ++i) {
+    w.ids.push_back(net.node(i).id());
+    w.got.push_back(got[i].value_or(MatchResult{}));
+  }
+  return w;
 }
 
 // DiLoCo members decide together from the records they all read: one record asking to wait
@@ -191,38 +251,77 @@ TEST(Matchmaking, DiLoCoGroupDecisionsComeFromTheRecords) {
   };
   for (std::size_t c = 0; c < cases.size(); ++c) {
     SCOPED_TRACE("case " + std::to_string(c));
-    DhtNetwork net{41 + c, LinkModel{Time(30), Time(10), 0.0}, sim_options()};
-    std::mt19937_64 rng{3};
-    grow(net, 8, rng, 2);
-    net.run_for(Time(5000));
-    MatchOptions mo;
-    mo.group_size = 0;
-    mo.same_round = true;
-    std::vector<std::unique_ptr<Matchmaker>> mm;
-    std::vector<std::optional<MatchResult>> got(3);
+    const auto& k = cases[c];
+    const auto got = diloco_window(41 + c, 3,
+                                   [&](std::size_t i, Matchmaker& m, DhtNetwork& net,
+                                       std::function<void(MatchResult)> done) {
+                                     m.ready(4, {net.address(i)}, net.now(), std::move(done), false,
+                                             {}, k.wait_for[i], k.behind[i], k.fresh[i]);
+                                   })
+                         .got;
     for (std::size_t i = 0; i < 3; ++i) {
-      mm.push_back(std::make_unique<Matchmaker>(net.node(i), "run-d", mo));
-      const auto& k = cases[c];
-      net.call(i, [&](dht::DhtNode&) {
-        mm[i]->ready(
-            4, {net.address(i)}, net.now(), [&got, i](MatchResult r) { got[i] = std::move(r); },
-            false, {}, k.wait_for[i], k.behind[i], k.fresh[i]);
-      });
-    }
-    ASSERT_TRUE(net.run_until(
-        [&] {
-          for (std::size_t i = 0; i < 3; ++i)
-            net.call(i, [&](dht::DhtNode&) { mm[i]->on_timer(net.now()); });
-          return got[0] && got[1] && got[2];
-        },
-        Time(60'000)));
-    for (std::size_t i = 0; i < 3; ++i) {
-      EXPECT_EQ(got[i]->group.size(), 3u);
-      EXPECT_EQ(got[i]->wait_for, cases[c].want_wait);
-      EXPECT_EQ(got[i]->behind, cases[c].want_behind);
-      EXPECT_EQ(got[i]->all_fresh, cases[c].want_fresh);
+      EXPECT_EQ(got[i].group.size(), 3u);
+      EXPECT_EQ(got[i].wait_for, cases[c].want_wait);
+      EXPECT_EQ(got[i].behind, cases[c].want_behind);
+      EXPECT_EQ(got[i].all_fresh, cases[c].want_fresh);
     }
   }
+}
+
+// DiLoCo: a member's ‖Δ‖ counts up to 4× the median of its group's declared norms (the upper
+// middle of an even count, so that one small norm in a pair or a trio cannot pull it down); a
+// member that declares none among members that do is left out; nobody is judged when nobody
+// declares one.
+TEST(Matchmaking, NormClipIsFourTimesTheGroupsMedianAndUndeclaredNormsAreLeftOut) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_DOUBLE_EQ(norm_clip({1.0, 1.3, 0.7, 40.0}), 4 * 1.3);
+  EXPECT_DOUBLE_EQ(norm_clip({6.6, 51.0, 64.0}), 4 * 51.0);  // non-IID members stay unclipped
+  EXPECT_DOUBLE_EQ(norm_clip({1.0, 4.5}), 4 * 4.5);
+  EXPECT_DOUBLE_EQ(norm_clip({2.0, nan, 1.0, 3.0}), 4 * 2.0);
+  // Two attackers of five cannot move the median.
+  EXPECT_DOUBLE_EQ(norm_clip({1.0, 1.1, 0.9, 5e3, 6e3}), 4 * 1.1);
+  EXPECT_TRUE(std::isnan(norm_clip({nan, nan})));
+  EXPECT_TRUE(std::isnan(norm_clip({})));
+
+  const auto id = [](std::uint8_t b) {
+    NodeId x{};
+    x[0] = b;
+    return x;
+  };
+  using V = std::vector<std::pair<NodeId, double>>;
+  auto out = undeclared_norms(V{{id(1), 1.0}, {id(2), nan}, {id(3), 1.2}});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out.begin()->first, id(2));
+  EXPECT_NE(out.begin()->second.find("declared no pseudo-gradient norm while 2"),
+            std::string::npos);
+  EXPECT_TRUE(undeclared_norms(V{{id(1), nan}, {id(2), nan}}).empty());
+  EXPECT_TRUE(undeclared_norms(V{{id(1), 1.0}, {id(2), 9e9}}).empty());
+}
+
+// The rule through the records: every member reads the same norms, leaves out the same member
+// that declared none, and its group carries the declared norms and the same clip.
+TEST(Matchmaking, DiLoCoGroupsCarryTheDeclaredNormsAndLeaveOutAnUndeclaredOne) {
+  const std::vector<double> norms = {1.0, 1.2, 30.0, std::numeric_limits<double>::quiet_NaN()};
+  const auto w = diloco_window(
+      57, norms.size(),
+      [&](std::size_t i, Matchmaker& m, DhtNetwork& net, std::function<void(MatchResult)> done) {
+        m.ready(4, {net.address(i)}, net.now(), std::move(done), false, {}, 4, false, false,
+                norms[i]);
+      });
+  for (std::size_t i = 0; i < 3; ++i) {
+    EXPECT_FALSE(w.got[i].norm_excluded);
+    EXPECT_EQ(w.got[i].group.size(), 3u);
+    EXPECT_EQ(w.got[i].wait_for, 3u);  // the records' 4, net of the member left out
+    ASSERT_EQ(w.got[i].delta_norms.size(), 3u);
+    for (std::size_t j = 0; j < 3; ++j) EXPECT_EQ(w.got[i].delta_norms.at(w.ids[j]), norms[j]);
+    EXPECT_DOUBLE_EQ(w.got[i].clip_norm, 4 * 1.2);
+    ASSERT_EQ(w.got[i].left_out.size(), 1u);
+    EXPECT_EQ(w.got[i].left_out[0], w.ids[3]);
+  }
+  EXPECT_TRUE(w.got[3].norm_excluded);
+  EXPECT_EQ(w.got[3].group.size(), 1u);
+  EXPECT_NE(w.got[3].note.find("declared no pseudo-gradient norm"), std::string::npos)
+      << w.got[3].note;
 }
 
 // Trainers on a simulated swarm: each computes for its own round time, then matchmakes, then

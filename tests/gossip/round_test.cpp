@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <set>
@@ -137,6 +138,41 @@ TEST(RoundEngine, DiLoCoMembersEndEveryRoundBitIdentical) {
     if (s.engine(i).state().round == s.engine(0).state().round) {
       EXPECT_EQ(s.engine(i).state().phi, s.engine(0).state().phi);
     }
+}
+
+// DiLoCo bounds what one member's pseudo-gradient can do (gossip/matchmaking.hpp): a member whose
+// θ lands 1000 away from φ every phase (a fault, or an attack by a member running this code)
+// declares that norm and its Δ is scaled down to 4× the group's median before the all-reduce; the
+// group stays bit-identical and near the targets. Without the rule a fifth of +1000 a value
+// would move every member's φ by hundreds a round.
+TEST(RoundEngine, DiLoCoMemberWithAnOutsizedPseudoGradientIsClipped) {
+  Swarm s(13, fast_options(OuterMode::diloco));
+  grow(s, 4, {ms(3000), {}});
+  sim::NodeSpec bad{ms(3000), {}};
+  bad.after_inner = [](std::size_t phase, std::span<float> theta) {
+    if (phase >= 1)
+      for (auto& v : theta) v += 1000.0f;
+  };
+  const std::size_t outlier = s.join(0, bad);
+  s.run_for(ms(120'000));
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    EXPECT_GE(s.rounds(i), 12u) << "node " << i;
+    float most = 0;
+    for (const float v : s.engine(i).state().phi.to_vector()) most = std::max(most, std::abs(v));
+    EXPECT_LT(most, 10.0f) << "node " << i;
+    std::size_t clipped = 0;
+    for (const auto& r : s.reports(i)) {
+      EXPECT_EQ(r.note.find("not taken"), std::string::npos) << r.note;
+      clipped += r.kind == RoundReport::Kind::round &&
+                 r.note.find("pseudo-gradient scaled down") != std::string::npos;
+    }
+    if (i == outlier) {
+      EXPECT_GE(clipped, 10u);
+    } else {
+      EXPECT_EQ(clipped, 0u) << "node " << i;
+    }
+  }
+  expect_identical_per_round(s, 12);
 }
 
 // A large model's outer step (and φ's hash, the state's serialised form) takes seconds: the

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <random>
 
 #include "gossip/step_work.hpp"
@@ -85,6 +86,56 @@ TEST(StateDelta, ReplaysTwoRoundsToTheGroupsVeryBits) {
   EXPECT_EQ(h, k2.to);
   EXPECT_EQ(s.phi.to_vector(), k2.after.phi.to_vector());
   EXPECT_EQ(s.momentum.to_vector(), k2.after.momentum.to_vector());
+}
+
+// The bound a DiLoCo group puts on its mean Δ (StepWork::max_mean_norm, the mean of the norms
+// its members declared): a mean within it is stepped and kept as a delta; one above it (a member
+// sent more than it declared) is not applied at all — φ and momentum stay, the round advances,
+// no delta is kept — and the step says why.
+TEST(StateDelta, AMeanAboveTheDeclaredNormsIsNotStepped) {
+  const optim::DiLoCoConfig cfg{0.7f, 0.9f};
+  const auto s0 = state_of(4, 7);
+  const auto d = mean_delta(5);
+  const double norm = optim::l2_norm(d.data(), d.size());
+  for (const double bound : {1.001 * norm, 0.5 * norm}) {
+    SCOPED_TRACE(bound);
+    StepWork w;
+    w.kind = StepWork::Kind::diloco_ring;
+    w.state = s0;
+    w.state.round = 8;  // (the engine's ++round before the job)
+    w.diloco = cfg;
+    w.ring = d;
+    w.delta_store = memory_blob_store();
+    w.delta_from = weights_hash(s0.phi);
+    w.max_mean_norm = bound;
+    w.run();
+    EXPECT_EQ(w.state.round, 8u);
+    if (bound > norm) {
+      EXPECT_TRUE(w.dropped.empty());
+      const auto k = keep_step(s0, d, cfg);
+      EXPECT_EQ(w.state.phi.to_vector(), k.after.phi.to_vector());
+      EXPECT_EQ(w.hash, k.to);
+      EXPECT_TRUE(w.delta);
+    } else {
+      EXPECT_NE(w.dropped.find("a member sent more than it declared"), std::string::npos)
+          << w.dropped;
+      EXPECT_EQ(w.state.phi.to_vector(), s0.phi.to_vector());
+      EXPECT_EQ(w.state.momentum.to_vector(), s0.momentum.to_vector());
+      EXPECT_EQ(w.hash, weights_hash(s0.phi));
+      EXPECT_FALSE(w.delta);
+    }
+  }
+}
+
+// ‖φ − θ‖ without writing Δ, a fragment at a time and over threads, is the plain sum's.
+TEST(StateDelta, PseudoGradientNormIsThePlainOnes) {
+  const auto a = state_of(8, 0).phi.to_vector(), b = state_of(9, 0).phi.to_vector();
+  double plain = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) plain += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+  for (const unsigned threads : {1u, 3u})
+    EXPECT_NEAR(pseudo_gradient_norm(optim::Floats(a), optim::Floats(b), threads), std::sqrt(plain),
+                1e-9 * std::sqrt(plain));
+  EXPECT_DOUBLE_EQ(norm_of(optim::Floats(a), 1000, 10), optim::l2_norm(a.data() + 1000, 10));
 }
 
 TEST(StateDelta, KeptInFp32ForBlockCodecs) {
