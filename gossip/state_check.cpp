@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "dht/key.hpp"
+#include "optim/state_format.hpp"
 #include "transport/schema.hpp"
 
 namespace grove::gossip {
@@ -32,8 +33,6 @@ constexpr auto kAnswerSchema = sc::record<AnswerWire>(
     sc::field("sampled", &AnswerWire::sampled, sc::Uint{}),
     sc::field("values", &AnswerWire::values, sc::Uint{}),
     sc::field("samples", &AnswerWire::samples, sc::Bin{4 * kProbeSamples}));
-
-constexpr std::uint64_t kHead = 16;  // optim/state_format: magic, round; then φ's count
 
 std::uint64_t load_le64(const std::uint8_t* p) {
   std::uint64_t v = 0;
@@ -120,16 +119,18 @@ std::vector<std::uint64_t> sample_positions(std::uint64_t seed, std::uint64_t va
 
 transport::Result<Samples> read_samples(const StateBlob& blob, std::uint64_t seed,
                                         std::uint32_t n) {
-  std::uint8_t head[kHead + 8];
+  using optim::kPhiCountOffset, optim::kPhiValuesOffset, optim::kRoundOffset;
+  std::uint8_t head[kPhiValuesOffset];
   if (auto r = blob.read(0, head); !r) return r.error();
-  if (std::memcmp(head, "GRVOUT0", 7) != 0) return {errc::malformed, "not a state blob"};
+  if (!optim::is_state_form(head)) return {errc::malformed, "not a state blob"};
   Samples s;
-  s.round = load_le64(head + 8);
-  s.values = load_le64(head + kHead);
-  if (kHead + 8 + 4 * s.values > blob.size()) return {errc::malformed, "a state blob too short"};
+  s.round = load_le64(head + kRoundOffset);
+  s.values = load_le64(head + kPhiCountOffset);
+  if (s.values > (blob.size() - kPhiValuesOffset) / 4)
+    return {errc::malformed, "a state blob too short"};
   for (const std::uint64_t i : sample_positions(seed, s.values, n)) {
     std::uint8_t b[4];
-    if (auto r = blob.read(kHead + 8 + 4 * i, b); !r) return r.error();
+    if (auto r = blob.read(kPhiValuesOffset + 4 * i, b); !r) return r.error();
     s.at.push_back(load_f32(b));
   }
   return s;

@@ -87,6 +87,15 @@ std::uint64_t state_checksum(std::span<const std::uint8_t> bytes) {
   return c.final();
 }
 
+// ---- layout ----
+
+static_assert(kPhiCountOffset == kHead && kPhiValuesOffset == kHead + 8 && kRoundOffset == 8);
+
+bool is_state_form(std::span<const std::uint8_t> head) {
+  return head.size() >= 8 &&
+         (std::memcmp(head.data(), kMagic, 8) == 0 || std::memcmp(head.data(), kMagicV1, 8) == 0);
+}
+
 // ---- writing ----
 
 std::uint64_t serialized_size(const OuterState& s) {

@@ -18,6 +18,15 @@
 
 namespace grove::optim {
 
+/// Where things lie in the binary form (GRVOUT02 and 01 alike), for readers of a few values of a
+/// stored state (gossip/state_check.hpp) that do not parse it: the round (u64 LE), φ's count
+/// (u64 LE), φ's values (float32 LE).
+inline constexpr std::uint64_t kRoundOffset = 8;
+inline constexpr std::uint64_t kPhiCountOffset = 16;
+inline constexpr std::uint64_t kPhiValuesOffset = 24;
+/// True when `head` begins with a binary form's magic (GRVOUT02, or 01).
+bool is_state_form(std::span<const std::uint8_t> head);
+
 /// Bytes of s's binary form.
 std::uint64_t serialized_size(const OuterState& s);
 /// Hands the binary form to `sink` in order, in pieces (the values straight from the vectors on
