@@ -446,6 +446,7 @@ class RoundEngine {
   StateVerdict check_synced(const StepWork& w) const;
   std::uint64_t sync_bytes_ = 0;  // downloaded for it (the state, or deltas)
   bool full_sync_only_ = false;   // deltas did not replay: the next sync takes the whole state
+  bool damaged_ = false;  // a replay stopped part way: φ is no round's until a sync succeeds
   /// A sync ended while the group had moved on: its report, held until the catch-up that
   /// follows it at once ends (chained_ times so far).
   std::optional<RoundReport> pending_synced_;

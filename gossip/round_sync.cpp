@@ -234,6 +234,7 @@ void RoundEngine::synced(const std::shared_ptr<StepWork>& w, Time now) {
     ++state_gen_;
     phi_hash_ = w->hash;
     full_sync_only_ = true;
+    damaged_ = damaged_ || w->damaged;
     return sync_again(offer_head(sync_offer_), sync_why_ + "; " + w->error, now);
   }
   full_sync_only_ = false;
@@ -257,6 +258,7 @@ void RoundEngine::synced(const std::shared_ptr<StepWork>& w, Time now) {
                       now);
   }
   distrust_.clear();
+  damaged_ = false;
   state_ = std::move(w->state);
   ++state_gen_;
   has_state_ = true;
@@ -318,6 +320,16 @@ void RoundEngine::sync_failed(std::string why, Time now) {
   catch_up_.reset();
   full_sync_only_ = false;
   chained_ = 0;
+  if (damaged_ && has_state_) {
+    // A replay stopped part way: our φ is the state of no round and is not trained on. The whole
+    // state is fetched again (each attempt waits for offers: this does not spin).
+    full_sync_only_ = true;
+    spdlog::warn(
+        "{}; state sync failed: {}; our slow weights were changed part way by a replay: "
+        "syncing again",
+        sync_why_, why);
+    return sync_again(sync_min_round_, sync_why_, now);
+  }
   if (pending_synced_) {
     // Catching up after a sync failed: that sync's state stands (as after any failed catch-up).
     auto r = std::exchange(pending_synced_, std::nullopt);

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "gossip/step_work.hpp"
+#include "transport/crypto.hpp"
 
 namespace grove::gossip {
 
@@ -115,42 +116,64 @@ transport::Result<void> replay_delta(const StateBlob& blob, optim::OuterState& s
     return {errc::rejected, "the delta leads to round " + std::to_string(h->round) +
                                 ", the state is at round " + std::to_string(s.round)};
   if (h->from != hash) return {errc::rejected, "the delta starts from other slow weights"};
-  const std::size_t vb = value_bytes(h->codec), n = s.phi.size();
-  std::vector<std::uint8_t> bytes(std::min(n, optim::kFragment) * vb);
-  std::vector<float> d(std::min(n, optim::kFragment));
-  // Fragment by fragment: a value that does not decode stops the replay, and past the first
-  // fragment φ is then half stepped (the caller replaces the state, as after a hash mismatch).
+  const std::size_t vb = value_bytes(h->codec), n = s.phi.size(), f = std::min(n, optim::kFragment);
+  std::vector<std::uint8_t> bytes(f * vb);
+  std::vector<float> d(f), phi(f), m(f);
+  // Reads and decodes fragment [lo, hi) of the delta into d.
+  const auto decode = [&](std::size_t lo, std::size_t hi) -> transport::Result<void> {
+    const auto in = std::span(bytes).first((hi - lo) * vb);
+    if (auto r = blob.read(kDeltaHeaderBytes + lo * vb, in); !r)
+      return {errc::rejected, "cannot read the delta: " + r.text()};
+    if (decode_values(h->codec, in, std::span(d).first(hi - lo)) != optim::CodecError::ok)
+      return {errc::rejected, "the delta holds values that do not decode (or are not finite)"};
+    return {};
+  };
+  // First pass, the state untouched: each fragment stepped in a copy, which must stay finite
+  // and hash, in the end, to the delta's `to`. A forged delta is refused here with the state as
+  // it was. (Twice the step's arithmetic, no model-sized copy.)
   transport::Result<void> failed;
-  bool touched = false;
+  transport::Blake2b256 to;
   optim::by_fragments(
       n,
       [&](std::size_t lo, std::size_t hi) {
         if (!failed) return;
         const auto len = hi - lo;
-        const auto in = std::span(bytes).first(len * vb);
-        const auto out = std::span(d).first(len);
-        if (auto r = blob.read(kDeltaHeaderBytes + lo * vb, in); !r) {
-          failed = r;
+        if (failed = decode(lo, hi); !failed) return;
+        std::copy_n(s.phi.data() + lo, len, phi.data());
+        std::copy_n(s.momentum.data() + lo, len, m.data());
+        optim::diloco_step(std::span(phi).first(len), std::span(m).first(len),
+                           std::span(d).first(len), cfg, threads);
+        if (!optim::all_finite(std::span<const float>(phi).first(len)) ||
+            !optim::all_finite(std::span<const float>(m).first(len))) {
+          failed = {errc::rejected, "the delta steps the slow weights past the float range"};
           return;
         }
-        if (decode_values(h->codec, in, out) != optim::CodecError::ok) {
-          failed = {errc::rejected,
-                    "the delta holds values that do not decode (or are not finite)"};
-          return;
-        }
-        touched = true;
-        optim::diloco_step(std::span(s.phi.data() + lo, len),
-                           std::span(s.momentum.data() + lo, len), out, cfg, threads);
+        to.update({reinterpret_cast<const std::uint8_t*>(phi.data()), len * sizeof(float)});
       },
       {&s.phi, &s.momentum});
+  if (!failed) return failed;
+  if (to.final() != h->to) return {errc::rejected, "the replayed slow weights are not the delta's"};
+  // Second pass: the same steps, in place (bit for bit what the first pass hashed). Only a read
+  // that fails now leaves the state changed part way.
+  bool touched = false;
+  optim::by_fragments(n,
+                      [&](std::size_t lo, std::size_t hi) {
+                        if (!failed) return;
+                        if (failed = decode(lo, hi); !failed) return;
+                        touched = true;
+                        const auto len = hi - lo;
+                        optim::diloco_step(std::span(s.phi.data() + lo, len),
+                                           std::span(s.momentum.data() + lo, len),
+                                           std::span(d).first(len), cfg, threads);
+                      },
+                      {&s.phi, &s.momentum});
   if (!failed) {
     if (!touched) return failed;
     hash = weights_hash(s.phi);
-    return {errc::rejected, failed.text() + " (the state was changed part way)"};
+    return {errc::source_failed, failed.text() + " (the state was changed part way)"};
   }
   s.round = h->round;
-  hash = weights_hash(s.phi);
-  if (hash != h->to) return {errc::rejected, "the replayed slow weights are not the delta's"};
+  hash = h->to;
   return {};
 }
 

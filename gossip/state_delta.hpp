@@ -70,9 +70,11 @@ transport::Result<DeltaHeader> read_delta_header(const StateBlob& blob);
 
 /// Applies delta `blob` to `s` (DiLoCo's outer step with `cfg`, a fragment at a time) when its
 /// `from` is `hash` and it leads to round s.round + 1; then s.round is the delta's round and
-/// `hash` φ's new hash. errc::rejected with the reason when the delta does not fit the state or
-/// does not parse (s unchanged), or when the new φ's hash is not the delta's `to` (s changed:
-/// the caller must replace it).
+/// `hash` φ's new hash. The steps are first made in fragment-sized copies: a delta that does not
+/// fit the state, does not parse, steps a value past the float range or does not lead to its `to`
+/// is refused (errc::rejected, with the reason) and `s` is left as it was. Only a read of the
+/// blob that fails while the delta is being applied leaves `s` changed part way
+/// (errc::source_failed; `hash` is then φ's as it stands, and the caller must replace the state).
 transport::Result<void> replay_delta(const StateBlob& blob, optim::OuterState& s, Digest& hash,
                                      const optim::DiLoCoConfig& cfg, unsigned threads = 1);
 

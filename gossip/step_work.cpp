@@ -220,6 +220,7 @@ void StepWork::run() {
       for (const auto& b : deltas) {
         const auto before = state.round;
         if (auto r = replay_delta(*b, state, hash, diloco, threads); !r) {
+          damaged = r.error() == transport::make_error_code(transport::errc::source_failed);
           error =
               "the delta of round " + std::to_string(before + 1) + " does not replay: " + reason(r);
           blob = nullptr;

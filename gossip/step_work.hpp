@@ -81,8 +81,11 @@ struct StepWork {
   double max_mean_norm = std::numeric_limits<double>::quiet_NaN();
   std::string dropped;  ///< diloco_ring: why the round's step was not taken (out; empty: taken)
   /// replay: the deltas, oldest first, applied with `diloco`; `hash` is φ's hash before them
-  /// (in). On an error `state` may have been changed part way (`hash` is then its hash).
+  /// (in). On an error `state` is that of the last delta that replayed, unless `damaged`.
   std::vector<std::shared_ptr<const StateBlob>> deltas;
+  /// replay (out): a delta's read failed while it was being applied — `state` is changed part
+  /// way (`hash` is its hash) and is the state of no round.
+  bool damaged = false;
   /// Where the new state's binary form goes (`blob`); nullptr: none is made (the engine serves
   /// no snapshots).
   std::shared_ptr<BlobStore> store;

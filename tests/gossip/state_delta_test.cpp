@@ -194,7 +194,7 @@ TEST(StateDelta, RefusesADeltaThatDoesNotFitTheState) {
   }
 }
 
-TEST(StateDelta, AChangedValueFailsTheHashAndSaysTheStateChanged) {
+TEST(StateDelta, AChangedValueFailsTheHashWithTheStateUnchanged) {
   const optim::DiLoCoConfig cfg;
   const auto s0 = state_of(7, 0);
   const auto k = keep_step(s0, mean_delta(8), cfg);
@@ -205,7 +205,96 @@ TEST(StateDelta, AChangedValueFailsTheHashAndSaysTheStateChanged) {
   const auto r = replay_delta(*memory_blob(bytes), s, h, cfg);
   EXPECT_FALSE(r);
   EXPECT_NE(r.text().find("not the delta's"), std::string::npos) << r.text();
-  EXPECT_EQ(h, weights_hash(s.phi));  // the hash of what φ now is
+  EXPECT_EQ(s.phi.to_vector(), s0.phi.to_vector());
+  EXPECT_EQ(s.momentum.to_vector(), s0.momentum.to_vector());
+  EXPECT_EQ(s.round, 0u);
+  EXPECT_EQ(h, weights_hash(s0.phi));
+}
+
+// Finite values that step φ past the float range (the fuzz target's find, kept as a seed in
+// tests/fuzz/corpus/gossip): refused before φ or the momentum hold an Inf.
+TEST(StateDelta, ADeltaThatOverflowsTheStepIsRefusedWithTheStateUnchanged) {
+  optim::DiLoCoConfig cfg;
+  auto s0 = state_of(12, 2);
+  s0.phi.data()[5] = 3.0e38f;
+  auto store = memory_blob_store();
+  auto w = DeltaWriter::create(*store, WireCodec::fp32, kN);
+  ASSERT_TRUE(w);
+  std::vector<float> d(kN, 0.0f);
+  d[5] = -3.0e38f;  // φ − lr·(Δ + μ·b) leaves the float range
+  ASSERT_TRUE(w->write(0, d));
+  const Digest from = weights_hash(s0.phi);
+  auto blob = w->seal(3, from, Digest{1});
+  ASSERT_TRUE(blob);
+  auto s = s0;
+  Digest h = from;
+  const auto r = replay_delta(**blob, s, h, cfg);
+  EXPECT_FALSE(r);
+  EXPECT_NE(r.text().find("float range"), std::string::npos) << r.text();
+  EXPECT_TRUE(optim::all_finite(s.phi.to_vector()) && optim::all_finite(s.momentum.to_vector()));
+  EXPECT_EQ(s.phi.to_vector(), s0.phi.to_vector());
+  EXPECT_EQ(h, from);
+}
+
+// A blob that reads well until it is read `ok_reads` times (a file that goes away).
+class FailingBlob : public StateBlob {
+ public:
+  FailingBlob(std::shared_ptr<const StateBlob> b, int ok_reads)
+      : b_(std::move(b)), left_(ok_reads) {}
+  std::uint64_t size() const override { return b_->size(); }
+  transport::Result<void> read(std::uint64_t offset, std::span<std::uint8_t> out) const override {
+    if (left_-- <= 0) return {transport::errc::source_failed, "the file went away"};
+    return b_->read(offset, out);
+  }
+
+ private:
+  std::shared_ptr<const StateBlob> b_;
+  mutable int left_;
+};
+
+TEST(StateDelta, OnlyAReadFailingWhileApplyingLeavesTheStateChangedAndSaysSo) {
+  // Two fragments: the header, both fragments checked, the first applied, then the read fails.
+  const std::size_t n = optim::kFragment + 100;
+  optim::OuterState s0;
+  s0.round = 0;
+  s0.phi = std::vector<float>(n, 1.0f);
+  s0.momentum = std::vector<float>(n, 0.0f);
+  const optim::DiLoCoConfig cfg;
+  auto after = s0;
+  const std::vector<float> d(n, 0.25f);
+  optim::diloco_step(after.phi, after.momentum, d, cfg);
+  auto store = memory_blob_store();
+  auto w = DeltaWriter::create(*store, WireCodec::fp16, n);
+  ASSERT_TRUE(w);
+  ASSERT_TRUE(w->write(0, d));
+  auto blob = w->seal(1, weights_hash(s0.phi), weights_hash(after.phi));
+  ASSERT_TRUE(blob);
+  {  // the read fails in the check: refused, unchanged
+    auto s = s0;
+    Digest h = weights_hash(s.phi);
+    const auto r = replay_delta(FailingBlob(*blob, 2), s, h, cfg);
+    EXPECT_FALSE(r);
+    EXPECT_EQ(r.error(), transport::make_error_code(transport::errc::rejected));
+    EXPECT_EQ(s.phi.to_vector(), s0.phi.to_vector());
+  }
+  {  // the read fails after the first fragment was applied: changed, and said so
+    auto s = s0;
+    Digest h = weights_hash(s.phi);
+    const auto r = replay_delta(FailingBlob(*blob, 4), s, h, cfg);
+    EXPECT_FALSE(r);
+    EXPECT_EQ(r.error(), transport::make_error_code(transport::errc::source_failed));
+    EXPECT_NE(r.text().find("changed part way"), std::string::npos) << r.text();
+    EXPECT_EQ(h, weights_hash(s.phi));
+    EXPECT_EQ(s.phi.data()[0], after.phi.data()[0]);
+    EXPECT_EQ(s.phi.data()[n - 1], 1.0f);
+  }
+  {  // and it reads well: the group's state
+    auto s = s0;
+    Digest h = weights_hash(s.phi);
+    ASSERT_TRUE(replay_delta(**blob, s, h, cfg));
+    EXPECT_EQ(h, weights_hash(after.phi));
+    EXPECT_EQ(s.round, 1u);
+  }
 }
 
 TEST(StateDelta, RefusesWhatIsNotADelta) {
