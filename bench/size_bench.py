@@ -137,7 +137,7 @@ def one_mode(binary, a, mode, work):
         sock = os.path.join(sd, "trainer.sock")
         wait_for(lambda: os.path.exists(sock), 120, name + "'s trainer socket", procs)
         procs[name + "-trainer"] = subprocess.Popen(
-            ["/usr/bin/python3", os.path.abspath(__file__), "--trainer", "--socket", sock,
+            [sys.executable, os.path.abspath(__file__), "--trainer", "--socket", sock,
              "--params", str(a.params), "--outer", outer, "--inner-steps", str(a.inner_steps)],
             stdout=open(os.path.join(work, name + ".trainer.log"), "w"), stderr=subprocess.STDOUT)
 

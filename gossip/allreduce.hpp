@@ -14,21 +14,7 @@
 //     every member it has not lost (the usual case: one message delay), or `linger` after
 //     completing. A member that has completed never starts a retry itself (it has all it needs);
 //     it joins one when an abort from a member still waiting arrives.
-// Faults. Every member heartbeats its successor whenever it has sent nothing for `heartbeat`,
-// so a member that hears nothing from its predecessor for `chunk_timeout` knows the
-// predecessor itself is stuck (a member waiting on a stuck member keeps heartbeating, so blame
-// does not spread down the ring). A member that suspects a peer (silence, failed send, lost
-// connection) adds it to its suspect set, sends `abort` with the whole set to every member it
-// does not suspect, and starts a new attempt over the ring without its suspects. Receivers merge
-// the set and do the same, so the survivors converge on the union of all suspicions and redo
-// the all-reduce among themselves. An attempt is named by a hash of its suspect set (the tag);
-// messages of other attempts are dropped, and an abort always reaches a peer before the
-// sender's data of the new attempt (one ordered connection per peer). A member named in an
-// abort it receives has been excluded: it fails (the node then re-syncs its state).
-// The op fails after `total_timeout`, and, in a group of three or more, when the members left
-// are no longer a strict majority of the group (alone: more likely its own links failed than
-// everyone else's; half or less: the others may be ending the round among themselves, and two
-// halves must never both end it, each with its own slow weights).
+// Faults, attempts, done and linger: RingOp (gossip/ring_op.hpp).
 #pragma once
 
 #include <algorithm>
@@ -38,7 +24,7 @@
 #include <span>
 #include <string>
 
-#include "gossip/protocol.hpp"
+#include "gossip/ring_op.hpp"
 #include "optim/floats.hpp"
 
 namespace grove::gossip {
@@ -65,12 +51,11 @@ struct AllReduceOptions {
   optim::FloatAllocator alloc;
 };
 
-struct AllReduceStats {
-  std::uint64_t bytes_sent = 0, bytes_received = 0;
-  std::uint32_t attempts = 1;
-};
+using AllReduceStats = RingStats;
 
-class RingAllReduce final : public Protocol {
+RingTimers ring_timers(const AllReduceOptions& o);
+
+class RingAllReduce final : public RingOp {
  public:
   /// `ring` lists the members in ring order (every member must use the same order) and contains
   /// `self`. `input` is this member's tensor (same size everywhere). A ring without self, with a
@@ -85,17 +70,6 @@ class RingAllReduce final : public Protocol {
                                                                   AllReduceOptions opts, Time now,
                                                                   optim::Floats out = {});
 
-  const OpId& op() const override { return op_; }
-  void on_message(const NodeId& from, const Message& m, Time now) override;
-  void on_peer_failed(const NodeId& peer, Time now) override;
-  void on_delivered(const NodeId& to, Time now) override;
-  void on_timer(Time now) override;
-  std::optional<Time> next_deadline() const override;
-  std::vector<Outgoing> take_outgoing() override;
-  bool finished() const override { return status_ != OpStatus::running; }
-
-  OpStatus status() const { return status_; }
-
  private:
   RingAllReduce(OpId op, NodeId self, std::vector<NodeId> ring, optim::Floats input,
                 AllReduceOptions opts, Time now, optim::Floats out);
@@ -105,11 +79,6 @@ class RingAllReduce final : public Protocol {
   const optim::Floats& result() const { return result_; }
   /// Moves the result buffer out (for reading, or for the next op to reuse).
   optim::Floats take_result() { return std::move(result_); }
-  /// The ring of the attempt that completed (or is running).
-  const std::vector<NodeId>& members() const { return ring_; }
-  const std::set<NodeId>& suspects() const { return suspects_; }
-  const std::string& failure() const { return failure_; }
-  const AllReduceStats& stats() const { return stats_; }
   const AllReduceOptions& options() const { return opts_; }
 
  private:
@@ -119,64 +88,25 @@ class RingAllReduce final : public Protocol {
     return (seg_len(s) + opts_.chunk_values - 1) / opts_.chunk_values;
   }
   std::size_t owner(std::size_t s) const { return (s + ring_.size() - 1) % ring_.size(); }
-  const NodeId& succ() const { return ring_[(me_ + 1) % ring_.size()]; }
-  const NodeId& pred() const { return ring_[(me_ + ring_.size() - 1) % ring_.size()]; }
 
-  void start_attempt(Time now);
+  void start_data(Time now) override;
+  void alone(Time now) override;
+  void on_data(const NodeId& from, const Message& m, Time now) override;
+  void on_succ_delivered(Time now) override { fill_own(now); }
   /// Sends this member's next own reduce-scatter chunks, up to the window.
   void fill_own(Time now);
-  void suspect(const std::set<NodeId>& ids, Time now, const char* why);
-  void send(const NodeId& to, Bytes b, Time now);
   void send_chunk(Phase ph, std::size_t s, std::size_t c, std::span<const float> values, Time now);
   void fail_encode(std::size_t at, std::size_t len);
-  void on_chunk(const NodeId& from, const Message& m, Time now);
-  void complete(Time now);
-  void maybe_done();
-  void fail(std::string why);
-  Header header(MsgKind k) const;
 
-  OpId op_;
-  NodeId self_;
-  std::vector<NodeId> original_;
   optim::Floats input_;
   AllReduceOptions opts_;
   std::size_t n_;
-  Time started_;
-
-  std::set<NodeId> suspects_;
-  std::vector<NodeId> ring_;
-  std::size_t me_ = 0;
-  std::uint64_t tag_ = 0;
   // Every value is written by the all-gather before it is read.
   optim::Floats result_;
   std::vector<std::vector<bool>> reduced_, gathered_;  // per segment, per chunk: seen
   std::size_t final_chunks_ = 0, total_chunks_ = 0;
-  std::size_t next_own_ = 0;        // this member's next own chunk to send (reduce-scatter hop 1)
-  std::size_t in_flight_succ_ = 0;  // messages to the successor not yet left
+  std::size_t next_own_ = 0;  // this member's next own chunk to send (reduce-scatter hop 1)
   std::vector<float> scratch_;
-  std::set<NodeId> done_from_, lost_;
-  std::size_t settled_ = 0;  // ring members (not us) in done_from_ or lost_
-  // Sorted copies for membership tests (a message's sender is checked in O(log N)).
-  std::vector<NodeId> original_sorted_, ring_sorted_;
-  static bool has(const std::vector<NodeId>& sorted, const NodeId& id) {
-    return std::binary_search(sorted.begin(), sorted.end(), id);
-  }
-  void settle(const NodeId& id) {
-    if (!done_from_.contains(id) && !lost_.contains(id)) ++settled_;
-  }
-  bool complete_ = false;
-  Time completed_at_{0};
-  Time last_heard_pred_{0};
-  bool heard_pred_ = false;  // the predecessor has sent anything (any attempt)
-  Time silence_bound() const {
-    return opts_.chunk_timeout + (heard_pred_ || stats_.attempts > 1 ? Time(0) : opts_.start_grace);
-  }
-  Time last_sent_succ_{0};
-
-  OpStatus status_ = OpStatus::running;
-  std::string failure_;
-  AllReduceStats stats_;
-  std::vector<Outgoing> out_;
 };
 
 }  // namespace grove::gossip

@@ -21,6 +21,8 @@ const char* to_string(WireCodec c) {
       return "bf16";
     case WireCodec::e3m0:
       return "e3m0";
+    case WireCodec::topk:
+      return "topk";
   }
   return "?";
 }
@@ -59,6 +61,8 @@ std::size_t encoded_size(WireCodec c, std::size_t values) {
       return optim::bf16_encoded_size(values);
     case WireCodec::e3m0:
       return optim::e3m0_encoded_size(values);
+    case WireCodec::topk:
+      break;
   }
   return 0;
 }
@@ -76,6 +80,8 @@ CodecError encode_values(WireCodec c, std::span<const float> in, std::span<std::
       return optim::bf16_encode(in, out);
     case WireCodec::e3m0:
       return optim::e3m0_encode(in, out);
+    case WireCodec::topk:
+      break;
   }
   return CodecError::malformed;
 }
@@ -92,6 +98,8 @@ CodecError decode_values(WireCodec c, std::span<const std::uint8_t> in, std::spa
       return optim::bf16_decode(in, out);
     case WireCodec::e3m0:
       return optim::e3m0_decode(in, out);
+    case WireCodec::topk:
+      break;
   }
   return CodecError::malformed;
 }
@@ -156,7 +164,7 @@ transport::Result<Message> decode_message(std::span<const std::uint8_t> bytes,
       !get_u64(a[7], count) || !get_u64(a[8], codec))
     return errc::malformed;
   if (version != kVersion) return errc::malformed;
-  if (kind < 1 || kind > 6 || phase > 2 || codec > 3 || index > UINT32_MAX || chunk > UINT32_MAX ||
+  if (kind < 1 || kind > 6 || phase > 2 || codec > 4 || index > UINT32_MAX || chunk > UINT32_MAX ||
       count > limits.max_values)
     return errc::malformed;
   Message m;

@@ -36,8 +36,10 @@ using transport::NodeId;
 using OpId = std::array<std::uint8_t, 16>;
 using Digest = std::array<std::uint8_t, 32>;
 
-/// How tensor values travel. E3M0 needs chunks that are multiples of its 256-value block.
-enum class WireCodec : std::uint8_t { fp32 = 0, fp16 = 1, bf16 = 2, e3m0 = 3 };
+/// How tensor values travel. E3M0 needs chunks that are multiples of its 256-value block. topk
+/// (SparseLoCo's per-chunk top-k, its parameters the run's) travels only in an all-gather
+/// (gossip/allgather.hpp); the value codecs below refuse it.
+enum class WireCodec : std::uint8_t { fp32 = 0, fp16 = 1, bf16 = 2, e3m0 = 3, topk = 4 };
 const char* to_string(WireCodec c);
 std::optional<WireCodec> parse_codec(std::string_view s);
 std::size_t encoded_size(WireCodec c, std::size_t values);

@@ -1,15 +1,16 @@
 // Fuzz target for the gossip wire codec (gossip/wire.hpp) and the averaging cores that consume
 // it (gossip/allreduce.hpp, gossip/exchange.hpp). Input layout: gossip_fuzz.hpp.
 //
-// A persistent RingAllReduce and GroupExchange receive every input that decodes as a message
+// A persistent RingAllReduce, GroupExchange and three RingAllGathers (top-k, 2-bit top-k, E3M0)
+// receive every input that decodes as a message
 // from the selected peer; every 8 inputs the harness advances the clock 700 ms and fires their
 // timers. A core that has finished is replaced by a fresh one (and both are every 5000 inputs).
 // Properties checked (a violation traps):
 //   - decode_message never crashes; what it accepts re-encodes to bytes that decode to the same
 //     header and payload;
 //   - everything a core sends decodes, carries the core's op, and goes to a member of its group;
-//   - a finished all-reduce's result and an exchange's means have the tensor's size and are
-//     finite (nothing received can put a NaN into the model);
+//   - a finished all-reduce's or all-gather's result and an exchange's means have the tensor's
+//     size and are finite (nothing received can put a NaN into the model);
 //   - selector bit 3 set: the bytes go to the DHT-record and state-sync decoders instead
 //     (decode_ready, dht's decode_member, decode_progress, decode_mode, decode_offer,
 //     decode_state_request, decode_probe, decode_probe_answer, decode_manifest, StateServer::answer
@@ -25,6 +26,7 @@
 #include <memory>
 
 #include "dht/membership.hpp"
+#include "gossip/allgather.hpp"
 #include "gossip/allreduce.hpp"
 #include "gossip/exchange.hpp"
 #include "gossip/matchmaking.hpp"
@@ -50,6 +52,7 @@ struct State {
   std::size_t inputs = 0;
   std::unique_ptr<gossip::RingAllReduce> ring;
   std::unique_ptr<gossip::GroupExchange> exchange;
+  std::unique_ptr<gossip::RingAllGather> gather[kGathers];
 
   void fresh_ring() {
     gossip::AllReduceOptions o;
@@ -59,6 +62,16 @@ struct State {
     ring = gossip::RingAllReduce::create(op(), peer(1), std::vector{peer(0), peer(1), peer(2)},
                                          std::move(in), o, now)
                .value();
+  }
+  void fresh_gather(int i) {
+    gossip::AllGatherOptions o;
+    o.codec = gather_codec(i);
+    o.piece_values = kChunk;
+    std::vector<float> in(kRingValues);
+    for (std::size_t k = 0; k < in.size(); ++k) in[k] = 0.002f * static_cast<float>(k % 89) - 0.05f;
+    gather[i] = gossip::RingAllGather::create(op(), peer(1), std::vector{peer(0), peer(1), peer(2)},
+                                              std::move(in), o, now)
+                    .value();
   }
   void fresh_exchange() {
     gossip::ExchangeOptions o;
@@ -88,6 +101,14 @@ void check_results(State& s) {
       check(optim::all_finite(s.ring->result()));
     }
     s.fresh_ring();
+  }
+  for (int i = 0; i < kGathers; ++i) {
+    if (!s.gather[i]->finished()) continue;
+    if (s.gather[i]->status() == gossip::OpStatus::done) {
+      check(s.gather[i]->result().size() == kRingValues);
+      check(optim::all_finite(s.gather[i]->result()));
+    }
+    s.fresh_gather(i);
   }
   if (s.exchange->finished()) {
     check(s.exchange->mean().size() == 1 && s.exchange->mean()[0].size() == kExchangeValues);
@@ -173,11 +194,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     State st;
     st.fresh_ring();
     st.fresh_exchange();
+    for (int i = 0; i < kGathers; ++i) st.fresh_gather(i);
     return st;
   }();
   if (++s.inputs % 5000 == 0) {
     s.fresh_ring();
     s.fresh_exchange();
+    for (int i = 0; i < kGathers; ++i) s.fresh_gather(i);
   }
   if (size == 0) return 0;
   const std::uint8_t sel = data[0];
@@ -204,6 +227,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const gossip::NodeId from = (sel & 3) == 3 ? gossip::NodeId{0xee} : peer(sel & 3);
     if (sel & 4)
       s.exchange->on_message(from, *m, s.now);
+    else if (sel & 16)
+      s.gather[(sel >> 5) % kGathers]->on_message(from, *m, s.now);
     else
       s.ring->on_message(from, *m, s.now);
   }
@@ -211,9 +236,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     s.now += Time(700);
     s.ring->on_timer(s.now);
     s.exchange->on_timer(s.now);
+    for (auto& g : s.gather) g->on_timer(s.now);
   }
   drain(*s.ring, {0, 2});
   drain(*s.exchange, {0});
+  for (auto& g : s.gather) drain(*g, {0, 2});
   check_results(s);
   return 0;
 }

@@ -35,6 +35,7 @@
 
 #include "dht/membership.hpp"
 #include "dht/messages.hpp"
+#include "gossip/allgather.hpp"
 #include "gossip/allreduce.hpp"
 #include "gossip/exchange.hpp"
 #include "gossip/matchmaking.hpp"
@@ -561,6 +562,21 @@ void gossip_seeds(const fs::path& dir) {
     for (auto& o : r.take_outgoing())
       if (o.to == gz::peer(1))
         put("ring-from-" + std::to_string(p), static_cast<std::uint8_t>(p), o.data.span());
+  }
+  // ... and the other members of the fuzzed all-gathers (selector bit 4, bits 5-6 the codec).
+  for (int c = 0; c < gz::kGathers; ++c) {
+    g::AllGatherOptions go;
+    go.codec = gz::gather_codec(c);
+    go.piece_values = gz::kChunk;
+    std::vector<float> in(gz::kRingValues);
+    for (std::size_t i = 0; i < in.size(); ++i) in[i] = 0.01f * static_cast<float>(i % 13) - 0.06f;
+    auto a = g::RingAllGather::create(gz::op(), gz::peer(0), {gz::peer(0), gz::peer(1), gz::peer(2)},
+                                      in, go, g::Time(0))
+                 .value();
+    for (auto& o : a->take_outgoing())
+      if (o.to == gz::peer(1))
+        put("gather" + std::to_string(c) + "-from-0", static_cast<std::uint8_t>(16 | (c << 5)),
+            o.data.span());
   }
   g::ExchangeOptions eo;
   eo.codec = g::WireCodec::fp32;

@@ -9,57 +9,16 @@
 #include <limits>
 #include <random>
 
-#include "sim/gossip_network.hpp"
+#include "tests/gossip/ring_swarm.hpp"
 
 namespace grove::gossip {
 namespace {
 
-std::vector<float> vec(std::span<const float> s) {
-  return {s.begin(), s.end()};
-}
-
 using namespace std::chrono_literals;
 using sim::GossipNetwork;
-
-OpId op_of(int k) {
-  OpId op{};
-  op[0] = static_cast<std::uint8_t>(k);
-  op[1] = static_cast<std::uint8_t>(k >> 8);
-  return op;
-}
-
-struct Swarm {
-  GossipNetwork net;
-  std::vector<NodeId> ids;
-  std::vector<std::vector<float>> inputs;
-  OpId op;
-  AllReduceOptions opts;
-
-  Swarm(std::uint64_t seed, std::size_t members, std::size_t n, AllReduceOptions o,
-        sim::GossipLinkModel link = {})
-      : net(seed, link), op(op_of(static_cast<int>(seed))) {
-    std::mt19937 rng(static_cast<std::uint32_t>(seed));
-    std::normal_distribution<float> d(0.0f, 0.01f);
-    for (std::size_t i = 0; i < members; ++i) {
-      ids.push_back(net.add_node());
-      inputs.emplace_back(n);
-      for (auto& x : inputs.back()) x = d(rng);
-    }
-    opts = o;
-  }
-  Swarm& start() {
-    for (std::size_t i = 0; i < ids.size(); ++i)
-      net.attach(ids[i],
-                 RingAllReduce::create(op, ids[i], ids, inputs[i], opts, net.now()).value());
-    return *this;
-  }
-  RingAllReduce* at(std::size_t i) { return static_cast<RingAllReduce*>(net.protocol(ids[i], op)); }
-  bool all_finished() {
-    for (std::size_t i = 0; i < ids.size(); ++i)
-      if (net.alive(ids[i]) && at(i) && !at(i)->finished()) return false;
-    return true;
-  }
-};
+using testing::op_of;
+using testing::vec;
+using Swarm = testing::RingSwarm<RingAllReduce, AllReduceOptions>;
 
 // Mean of the inputs of `members`, in double.
 std::vector<double> exact_mean(const Swarm& s, const std::vector<NodeId>& members) {
