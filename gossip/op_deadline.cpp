@@ -25,6 +25,11 @@ void OpDeadlines::observe(std::uint64_t bytes, Time took) {
   measured_ = measured_ > 0 ? 0.5 * measured_ + 0.5 * r : r;
 }
 
+std::uint64_t allgather_wire_bytes(const GatherCodec& codec, std::uint64_t values,
+                                   std::size_t members) {
+  return members > 1 ? (members - 1) * codec.encoded_size(values) : 0;
+}
+
 void OpDeadlines::observe(const Protocol& op, Time took) {
   // The tensor bytes the op moved, as deadline_for() is asked for them (heartbeats and headers
   // left out: they are not what takes the time).
@@ -36,6 +41,10 @@ void OpDeadlines::observe(const Protocol& op, Time took) {
   if (const auto* ar = dynamic_cast<const RingAllReduce*>(&op);
       ar && ar->status() == OpStatus::done && ar->members().size() > 1)
     observe(allreduce_wire_bytes(ar->options().codec, ar->result().size(), ar->members().size()),
+            took);
+  if (const auto* ag = dynamic_cast<const RingAllGather*>(&op);
+      ag && ag->status() == OpStatus::done && ag->members().size() > 1)
+    observe(allgather_wire_bytes(ag->options().codec, ag->result().size(), ag->members().size()),
             took);
 }
 

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 
+#include "gossip/allgather.hpp"
 #include "gossip/protocol.hpp"
 
 namespace grove::gossip {
@@ -26,6 +27,11 @@ std::uint64_t exchange_wire_bytes(WireCodec codec, std::uint64_t values_per_memb
 /// Bytes a member sends in a ring all-reduce of `values` over `members`: 2 (N−1)/N of the
 /// encoded tensor (reduce-scatter and all-gather).
 std::uint64_t allreduce_wire_bytes(WireCodec codec, std::uint64_t values, std::size_t members);
+
+/// Bytes a member sends in a ring all-gather of `values` over `members`: its own message and
+/// every other member's but its successor's, (N−1) encoded messages.
+std::uint64_t allgather_wire_bytes(const GatherCodec& codec, std::uint64_t values,
+                                   std::size_t members);
 
 class OpDeadlines {
  public:

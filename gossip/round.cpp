@@ -127,7 +127,13 @@ void RoundEngine::submit(optim::Floats theta, Time now) {
   if (switched) std::fill(state_.momentum.begin(), state_.momentum.end(), 0.0f);
   // DiLoCo: ‖Δ‖ goes into our ready records; the group leaves out a member far above the others
   // and bounds its mean by the members' norms (gossip/matchmaking.hpp). One read of θ and φ.
-  delta_norm_ = round_mode_ == OuterMode::diloco && !entering_diloco_
+  // Compressed rounds declare ‖e‖, e = decay·e + Δ: the error buffer that their message is cut
+  // from (its decoding is no larger, up to the codec's rounding).
+  error_has_delta_ = round_mode_ == OuterMode::diloco && !entering_diloco_ && opts_.compressed;
+  delta_norm_ = error_has_delta_
+                    ? accumulate_error(state_.phi, theta_, state_.error, opts_.compressed->decay,
+                                       1.0f, opts_.floats, opts_.threads)
+                : round_mode_ == OuterMode::diloco && !entering_diloco_
                     ? pseudo_gradient_norm(state_.phi, theta_, opts_.threads)
                     : std::numeric_limits<double>::quiet_NaN();
   if (auto rep = judge_.take_repair()) {
@@ -296,6 +302,13 @@ void RoundEngine::on_match(MatchResult m, Time now) {
       r.note = fmt::format("our pseudo-gradient scaled down from {:.6g} to {:.6g}", delta_norm_,
                            group_clip_);
     }
+    if (opts_.compressed && !average_phi_)
+      return start_gather(m, scale, std::move(start), std::move(r), now);
+    if (average_phi_ && error_has_delta_) {
+      // φ is averaged (with Δ, dense): error feedback starts again from zero.
+      std::fill(state_.error.begin(), state_.error.end(), 0.0f);
+      error_has_delta_ = false;
+    }
     // The slow weights differ after NoLoCo rounds: average them once with the pseudo-gradient
     // (φ ‖ Δ in one tensor).
     const std::size_t n = state_.phi.size();
@@ -318,12 +331,49 @@ void RoundEngine::on_match(MatchResult m, Time now) {
       return core ? std::move(*core) : nullptr;
     };
   }
-  op_ = op;
-  group_ = m.group;
+  run_op(std::move(start), m.group, std::move(r), now);
+}
+
+void RoundEngine::run_op(StartOp start, const std::vector<NodeId>& group, RoundReport r, Time now) {
+  op_ = start.op;
+  group_ = group;
   matched_ = std::move(r);  // the report of the running op, as far as the match made it
   phase_ = Phase::running;
   op_started_ = now;
   ops_.push_back(std::move(start));
+}
+
+void RoundEngine::start_gather(const MatchResult& m, float scale, StartOp start, RoundReport r,
+                               Time now) {
+  // Our message is cut from the error buffer, which moves into the all-gather (it reads it a
+  // piece at a time and gives it back, unchanged, for the feedback).
+  if (scale != 1.0f)
+    optim::by_fragments(state_.error.size(),
+                        [&](std::size_t lo, std::size_t hi) {
+                          for (std::size_t i = lo; i < hi; ++i) state_.error.data()[i] *= scale;
+                        },
+                        {&state_.error});
+  auto input = std::make_shared<optim::Floats>(std::exchange(state_.error, {}));
+  auto out = std::make_shared<optim::Floats>(std::move(spare_));
+  AllGatherOptions o;
+  o.codec = opts_.compressed->codec;
+  o.piece_values = opts_.compressed->piece_values;
+  o.window = opts_.allreduce.window;
+  o.alloc = opts_.floats;
+  o.timers = ring_timers(opts_.allreduce);
+  o.timers.start_grace =
+      std::max(o.timers.start_grace, opts_.match.window + opts_.match.read_timeout);
+  const auto bytes = allgather_wire_bytes(o.codec, input->size(), m.group.size());
+  o.timers.chunk_timeout = op_deadlines_.silence_for(
+      (m.group.size() - 1) * o.codec.encoded_size(o.piece_values), o.timers.chunk_timeout, bytes);
+  o.timers.total_timeout = op_deadline("all-gather", m.group.size(), bytes, o.timers.chunk_timeout);
+  start.make = [op = start.op, self = store_.id(), ring = m.group, input, out,
+                o](Time t) -> std::unique_ptr<Protocol> {
+    auto core = RingAllGather::create(op, self, ring, std::move(*input), o, t, std::move(*out));
+    if (!core) spdlog::warn("the round's all-gather was not started: {}", core.text());
+    return core ? std::move(*core) : nullptr;
+  };
+  run_op(std::move(start), m.group, std::move(r), now);
 }
 
 Time RoundEngine::op_deadline(const char* what, std::size_t members, std::uint64_t bytes,
@@ -347,10 +397,15 @@ std::shared_ptr<StepWork> RoundEngine::step_work(StepWork::Kind kind, bool delta
   w->noloco = opts_.noloco;
   w->diloco = opts_.diloco;
   w->threads = opts_.threads;
+  if (round_mode_ == OuterMode::diloco && opts_.compressed) {
+    w->compressed = opts_.compressed;
+    w->error_has_delta = std::exchange(error_has_delta_, false);
+  }
   if (!opts_.serve_state || !server_) return w;
   if (delta) {
     w->delta_store = opts_.blobs;
-    w->delta_codec = opts_.allreduce.codec;
+    // A mean of compressed messages is exact in fp32 only.
+    w->delta_codec = opts_.compressed ? WireCodec::fp32 : opts_.allreduce.codec;
     w->delta_from = phi_hash_;
   }
   if (snapshot_due(store_.now(), delta)) {
@@ -442,16 +497,21 @@ void RoundEngine::on_op_finished(std::unique_ptr<Protocol> p, Time now) {
     if (!opts_.noloco.one_tensor()) w->phi_mean = std::move(mean.at(1));
     return finish_round(std::move(r), std::move(w));
   }
-  auto* ar = dynamic_cast<RingAllReduce*>(p.get());
+  auto* ar = dynamic_cast<RingOp*>(p.get());
   if (!ar) return;
+  auto* ag = dynamic_cast<RingAllGather*>(ar);
   r.bytes_sent = ar->stats().bytes_sent;
   r.bytes_received = ar->stats().bytes_received;
+  // Compressed rounds: our error buffer comes back from the all-gather (unchanged).
+  optim::Floats error = ag ? ag->take_input() : optim::Floats{};
   if (ar->status() != OpStatus::done) {
+    if (ag) state_.error = std::move(error);
     // The survivors' state after this round: the delta that leads there from ours, when they
     // end it (a state of this round is ours already).
-    return begin_sync(
-        state_.round + 1, false,
-        "all-reduce of round " + std::to_string(state_.round) + " failed: " + ar->failure(), now);
+    return begin_sync(state_.round + 1, false,
+                      std::string(ag ? "all-gather" : "all-reduce") + " of round " +
+                          std::to_string(state_.round) + " failed: " + ar->failure(),
+                      now);
   }
   for (const auto& id : ar->members())
     if (id != store_.id()) r.averaged_with.push_back(id);
@@ -468,12 +528,21 @@ void RoundEngine::on_op_finished(std::unique_ptr<Protocol> p, Time now) {
   auto w = step_work(StepWork::Kind::diloco_ring,
                      server_ && server_->keep_deltas() > 0 && !average_phi_);
   w->average_phi = average_phi_;
-  w->max_mean_norm = mean_norm_bound(ar->members(), ar->options().codec);
-  w->ring = ar->take_result();
+  if (ag) {
+    w->compressed = opts_.compressed;
+    w->state.error = std::move(error);
+    w->max_mean_norm = mean_norm_bound(ar->members(), ag->options().codec.kind, true);
+    w->ring = ag->take_result();
+  } else {
+    auto* all = static_cast<RingAllReduce*>(ar);
+    w->max_mean_norm = mean_norm_bound(ar->members(), all->options().codec, false);
+    w->ring = all->take_result();
+  }
   finish_round(std::move(r), std::move(w), std::move(members));
 }
 
-double RoundEngine::mean_norm_bound(const std::vector<NodeId>& ring, WireCodec codec) const {
+double RoundEngine::mean_norm_bound(const std::vector<NodeId>& ring, WireCodec codec,
+                                    bool gathered) const {
   constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
   if (average_phi_ || group_norms_.empty()) return kNaN;
   double sum = 0;
@@ -484,12 +553,15 @@ double RoundEngine::mean_norm_bound(const std::vector<NodeId>& ring, WireCodec c
   }
   // ‖mean Δ‖ ≤ mean ‖Δ_i‖ (each clipped), plus the codec's rounding: each of the ring's hops
   // encodes a partial sum once (relative error per encoding: fp32 ~1e-7, fp16 2^-11, bf16 2^-8,
-  // E3M0 up to ~0.4).
+  // E3M0 up to √2 − 1); in an all-gather each member's message is encoded once, from its error
+  // buffer, whose norm it declared (top-k keeps a part of it; 2-bit values round up to 1.5×
+  // the chunk's mean magnitude, so allow 1.5×).
   const double per_encoding = codec == WireCodec::fp32   ? 1e-6
                               : codec == WireCodec::fp16 ? 1e-3
                               : codec == WireCodec::bf16 ? 8e-3
                                                          : 0.5;
   const auto k = static_cast<double>(ring.size());
+  if (gathered) return sum / k * (1.0 + per_encoding) + 1e-30;
   return sum / k * (1.0 + (k + 1.0) * per_encoding) + 1e-30;
 }
 

@@ -66,6 +66,9 @@ struct RoundOptions {
   optim::DiLoCoConfig diloco;
   ExchangeOptions exchange;    ///< total_timeout is set per op (op_deadline)
   AllReduceOptions allreduce;  ///< total_timeout is set per op (op_deadline)
+  /// DiLoCo-mode rounds with compressed messages (SparseLoCo, E3M0 DiLoCo: step_work.hpp) in an
+  /// all-gather whose timers are allreduce's; none: the fp16 all-reduce of Δ.
+  std::optional<CompressedRounds> compressed;
   OpDeadlineOptions op_deadline;
   MatchOptions match;            ///< group_size and same_round are set per mode
   std::size_t diloco_group = 0;  ///< 0 = everyone at the swarm round in the window
@@ -361,9 +364,14 @@ class RoundEngine {
   /// The most ‖mean Δ‖ of the all-reduce among `ring` may be (StepWork::max_mean_norm): the
   /// mean of the norms its members declared (each at most the group's norm_clip), with `codec`'s
   /// rounding; NaN when not every member declared one or the group averaged φ.
-  double mean_norm_bound(const std::vector<NodeId>& ring, WireCodec codec) const;
+  double mean_norm_bound(const std::vector<NodeId>& ring, WireCodec codec, bool gathered) const;
   /// The deadline of an averaging op that sends `bytes` (logged).
   Time op_deadline(const char* what, std::size_t members, std::uint64_t bytes, Time silence) const;
+  /// Starts the round's averaging operation (made by start.make) among `group`.
+  void run_op(StartOp start, const std::vector<NodeId>& group, RoundReport r, Time now);
+  /// Compressed rounds: the all-gather of our message, cut from the error buffer (scaled by
+  /// `scale` when its norm is above the group's bound).
+  void start_gather(const MatchResult& m, float scale, StartOp start, RoundReport r, Time now);
 
   dht::RecordStore& store_;
   dht::Membership& members_;
@@ -411,6 +419,7 @@ class RoundEngine {
   std::uint64_t group_round_ = 0;  // the round the group agreed on
   /// DiLoCo: ‖Δ‖ of this round's θ, declared in our ready records (NaN: entering from NoLoCo).
   double delta_norm_ = std::numeric_limits<double>::quiet_NaN();
+  bool error_has_delta_ = false;          // compressed rounds: this round's Δ is in state_.error
   std::map<NodeId, double> group_norms_;  // the norms the running all-reduce's group declared
   double group_clip_ = std::numeric_limits<double>::quiet_NaN();  // and its norm_clip
   std::optional<OpId> op_;

@@ -111,6 +111,10 @@ void RoundEngine::begin_sync(std::uint64_t min_round, bool joining, std::string 
                              std::set<NodeId> donors) {
   phase_ = Phase::syncing;
   joining_ = joining;
+  if (std::exchange(error_has_delta_, false))
+    // Compressed rounds: this round's Δ went into the error buffer but will not be sent (the
+    // inner phase is given up for the group's state): error feedback starts again from zero.
+    std::fill(state_.error.begin(), state_.error.end(), 0.0f);
   sync_started_ = now;
   sync_why_ = std::move(why);
   op_.reset();

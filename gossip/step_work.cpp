@@ -56,6 +56,27 @@ double pseudo_gradient_norm(const optim::Floats& phi, const optim::Floats& theta
   return std::sqrt(sum);
 }
 
+double accumulate_error(const optim::Floats& phi, const optim::Floats& theta, optim::Floats& e,
+                        float decay, float scale, const optim::FloatAllocator& alloc,
+                        unsigned threads) {
+  if (e.size() != phi.size()) e = optim::Floats::zeros(phi.size(), alloc);
+  double sum = 0.0;
+  std::vector<float> d(std::min(phi.size(), optim::kFragment));
+  optim::by_fragments(phi.size(),
+                      [&](std::size_t lo, std::size_t hi) {
+                        const auto delta = std::span(d).first(hi - lo);
+                        const auto part = std::span(e.data() + lo, hi - lo);
+                        optim::pseudo_gradient(std::span(phi.data() + lo, hi - lo),
+                                               std::span(theta.data() + lo, hi - lo), delta,
+                                               threads, scale);
+                        optim::error_feedback_accumulate(part, delta, decay, threads);
+                        const double x = optim::l2_norm(part.data(), part.size());
+                        sum += x * x;
+                      },
+                      {&phi, &theta, &e});
+  return std::sqrt(sum);
+}
+
 double norm_of(const optim::Floats& values, std::size_t offset, std::size_t n) {
   double sum = 0.0;
   optim::by_fragments(n,
@@ -96,6 +117,9 @@ void StepWork::run() {
   const std::size_t n = phi.size();
   // Scratch of one fragment (Δ, or φ before the step) for the steps that need one.
   std::vector<float> scratch, scratch2;
+  auto& e = state.error;
+  const bool flush = kind == Kind::local && mode == OuterMode::diloco && compressed &&
+                     error_has_delta && e.size() == n;
   const auto frag = [&](std::vector<float>& v, std::size_t len) {
     if (v.size() < len) v.resize(std::min(n, optim::kFragment));
     return std::span(v).first(len);
@@ -119,7 +143,12 @@ void StepWork::run() {
             n,
             [&](std::size_t lo, std::size_t hi) {
               auto d = frag(scratch, hi - lo);
-              optim::pseudo_gradient(part(phi, lo, hi), part(theta, lo, hi), d, threads);
+              if (flush) {  // a lone member of compressed rounds: its whole error buffer
+                std::copy(e.begin() + lo, e.begin() + hi, d.begin());
+                std::fill(e.begin() + lo, e.begin() + hi, 0.0f);
+              } else {
+                optim::pseudo_gradient(part(phi, lo, hi), part(theta, lo, hi), d, threads);
+              }
               if (mode == OuterMode::diloco) {
                 optim::diloco_step(part(phi, lo, hi), part(m, lo, hi), d, diloco, threads);
               } else {
@@ -128,7 +157,7 @@ void StepWork::run() {
                 optim::noloco_step(part(phi, lo, hi), part(m, lo, hi), d, phi0, noloco, threads);
               }
             },
-            {&phi, &m, &theta});
+            {&phi, &m, &theta, &e});
       }
       break;
     case Kind::noloco_mean:
@@ -188,24 +217,35 @@ void StepWork::run() {
         else
           spdlog::warn("cannot keep the delta of round {}: {}", state.round, w.text());
       }
-      optim::by_fragments(n,
-                          [&](std::size_t lo, std::size_t hi) {
-                            if (average_phi) {
-                              std::copy(ring.begin() + lo, ring.begin() + hi, phi.begin() + lo);
-                              std::fill(m.begin() + lo, m.begin() + hi, 0.0f);
-                              ring.release(lo, hi);
-                            }
-                            if (out)
-                              if (auto r = out->write(lo, part(ring, d + lo, d + hi)); !r) {
-                                spdlog::warn("cannot keep the delta of round {}: {}", state.round,
-                                             reason(r));
-                                out.reset();
-                              }
-                            optim::diloco_step(part(phi, lo, hi), part(m, lo, hi),
-                                               part(ring, d + lo, d + hi), diloco, threads);
-                            ring.release(d + lo, d + hi);
-                          },
-                          {&phi, &m});
+      // Compressed rounds: what this member sent leaves its error buffer (it is now in φ
+      // through the mean).
+      if (compressed && e.size() != n) {
+        error = "no error buffer for a compressed round";
+        ring.release();
+        break;
+      }
+      optim::by_fragments(
+          n,
+          [&](std::size_t lo, std::size_t hi) {
+            if (compressed &&
+                compressed->codec.feedback(part(e, lo, hi), compressed->piece_values) !=
+                    optim::CodecError::ok)
+              spdlog::error("round {}: our error buffer is not finite", state.round);
+            if (average_phi) {
+              std::copy(ring.begin() + lo, ring.begin() + hi, phi.begin() + lo);
+              std::fill(m.begin() + lo, m.begin() + hi, 0.0f);
+              ring.release(lo, hi);
+            }
+            if (out)
+              if (auto r = out->write(lo, part(ring, d + lo, d + hi)); !r) {
+                spdlog::warn("cannot keep the delta of round {}: {}", state.round, reason(r));
+                out.reset();
+              }
+            optim::diloco_step(part(phi, lo, hi), part(m, lo, hi), part(ring, d + lo, d + hi),
+                               diloco, threads);
+            ring.release(d + lo, d + hi);
+          },
+          {&phi, &m, &e});
       if (out) {
         hash = weights_hash(phi);
         hashed = true;
@@ -237,7 +277,12 @@ void StepWork::run() {
     return;
   }
   if (blob) return;
-  if (auto b = save_state(*store, state))
+  // A member's error buffer is its own (what it has yet to send): snapshots served to joiners
+  // and written into checkpoints leave it out.
+  optim::Floats own_error = std::exchange(state.error, {});
+  auto b = save_state(*store, state);
+  state.error = std::move(own_error);
+  if (b)
     blob = std::move(*b);
   else
     spdlog::warn("cannot keep the snapshot of round {} (joiners will not get it from us): {}",

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "gossip/allgather.hpp"
 #include "gossip/mode.hpp"
 #include "gossip/protocol.hpp"
 #include "gossip/state_blob.hpp"
@@ -39,9 +40,26 @@ optim::Floats pseudo_gradient_into(const optim::Floats& phi, const optim::Floats
 double pseudo_gradient_norm(const optim::Floats& phi, const optim::Floats& theta, unsigned threads);
 /// ‖values[offset, offset + n)‖, a fragment at a time (the result of an all-reduce).
 double norm_of(const optim::Floats& values, std::size_t offset, std::size_t n);
+/// Error feedback's accumulation, e = decay·e + scale·(φ − θ), a fragment at a time (e made with
+/// `alloc` when empty); returns ‖e‖ (what the member will compress and declare).
+double accumulate_error(const optim::Floats& phi, const optim::Floats& theta, optim::Floats& e,
+                        float decay, float scale, const optim::FloatAllocator& alloc,
+                        unsigned threads);
 /// `from` copied into the first values of a new array of `size` values made with `alloc`.
 optim::Floats copy_into(const optim::Floats& from, std::size_t size,
                         const optim::FloatAllocator& alloc);
+
+/// DiLoCo-mode rounds whose members each send a compressed message (a ring all-gather,
+/// gossip/allgather.hpp) instead of all-reducing Δ in fp16: each member keeps an error buffer e
+/// (optim::OuterState::error), e = decay·e + Δ before its message and e −= what it sent after;
+/// the group's mean steps φ with DiLoCo's rule. SparseLoCo is this with top-k messages, decay
+/// 0.95 and no momentum (φ −= lr·mean: DiLoCo's step with μ = 0); E3M0 DiLoCo with 4-bit
+/// messages and plain error feedback (decay 1).
+struct CompressedRounds {
+  GatherCodec codec;
+  float decay = 1.0f;
+  std::size_t piece_values = std::size_t{1} << 18;  ///< the all-gather's pieces (feedback's too)
+};
 
 struct StepWork {
   enum class Kind {
@@ -80,6 +98,12 @@ struct StepWork {
   /// the mean is bit-identical and the norms come from the same records.
   double max_mean_norm = std::numeric_limits<double>::quiet_NaN();
   std::string dropped;  ///< diloco_ring: why the round's step was not taken (out; empty: taken)
+  /// diloco_ring: `ring` is the mean of the members' compressed messages; state.error is this
+  /// member's error buffer, which loses what it sent (the feedback) when the step is taken.
+  /// local (DiLoCo): with `error_has_delta` (this round's Δ is in the error buffer), the lone
+  /// member steps with its whole error buffer, which is then zero.
+  std::optional<CompressedRounds> compressed;
+  bool error_has_delta = false;
   /// replay: the deltas, oldest first, applied with `diloco`; `hash` is φ's hash before them
   /// (in). On an error `state` is that of the last delta that replayed, unless `damaged`.
   std::vector<std::shared_ptr<const StateBlob>> deltas;

@@ -158,10 +158,12 @@ struct Manual {
   Manual(std::vector<float> ta, std::vector<float> tb, ExchangeOptions o) {
     a[0] = 1;
     b[0] = 2;
-    ea = GroupExchange::create(
-        op, a, std::vector{a, b}, std::vector<std::vector<float>>{std::move(ta)}, o, dht::Time(0)).value();
-    eb = GroupExchange::create(
-        op, b, std::vector{a, b}, std::vector<std::vector<float>>{std::move(tb)}, o, dht::Time(0)).value();
+    ea = GroupExchange::create(op, a, std::vector{a, b},
+                               std::vector<std::vector<float>>{std::move(ta)}, o, dht::Time(0))
+             .value();
+    eb = GroupExchange::create(op, b, std::vector{a, b},
+                               std::vector<std::vector<float>>{std::move(tb)}, o, dht::Time(0))
+             .value();
   }
   // Delivers b's messages to a, after `edit` may change each one.
   void deliver_b_to_a(const std::function<void(std::size_t, Bytes&)>& edit) {
@@ -227,8 +229,8 @@ TEST(GroupExchange, MakesAWindowOfMessagesAheadOfTheLink) {
   Manual x(randn(rng, 256 * 100), randn(rng, 256 * 100), o);
   std::size_t most = 0, made = 0;
   for (int guard = 0; guard < 10000 && !(x.ea->finished() && x.eb->finished()); ++guard) {
-    for (auto [from, to, e, peer] :
-         {std::tuple{x.a, x.b, x.ea.get(), x.eb.get()}, std::tuple{x.b, x.a, x.eb.get(), x.ea.get()}}) {
+    for (auto [from, to, e, peer] : {std::tuple{x.a, x.b, x.ea.get(), x.eb.get()},
+                                     std::tuple{x.b, x.a, x.eb.get(), x.ea.get()}}) {
       auto out = e->take_outgoing();
       most = std::max(most, out.size());
       made += out.size();

@@ -15,6 +15,7 @@
 #include "gossip/progress.hpp"
 #include "gossip/state_delta.hpp"
 #include "sim/swarm.hpp"
+#include "tests/gossip/sim_swarm.hpp"
 
 namespace grove::gossip {
 namespace {
@@ -24,6 +25,8 @@ using sim::SwarmOptions;
 using ms = std::chrono::milliseconds;
 
 using sim::fast_options;
+using testing::expect_identical_per_round;
+using testing::grow;
 
 double rms(std::span<const float> a, std::span<const float> b) {
   double s = 0;
@@ -41,19 +44,6 @@ double spread_ratio(Swarm& s) {
     spread_target += rms(s.target(i), s.target(0));
   }
   return spread_phi / spread_target;
-}
-
-// Builds a swarm of `n` nodes (node 0 bootstraps) and waits until every node has its state.
-void grow(Swarm& s, std::size_t n, sim::NodeSpec spec = {}) {
-  s.bootstrap(spec);
-  for (std::size_t i = 1; i < n; ++i) s.join(0, spec);
-  ASSERT_TRUE(s.run_until(
-      [&] {
-        for (std::size_t i = 0; i < s.size(); ++i)
-          if (!s.engine(i).has_state()) return false;
-        return true;
-      },
-      ms(60'000)));
 }
 
 TEST(RoundEngine, NoLoCoSwarmPairsEveryRoundAndReachesConsensus) {
@@ -105,27 +95,6 @@ TEST(RoundEngine, SlowNodeNeverStallsTheOthersAndStillAverages) {
   std::printf(
       "slow node: %zu rounds, %zu averaged; fast node 0: %zu rounds; fast worst sync %lld ms\n",
       slow_rounds, slow_averaged, s.rounds(0), static_cast<long long>(fast_worst.count()));
-}
-
-// Every member that completed DiLoCo round r reports the same slow-weights hash for it.
-void expect_identical_per_round(Swarm& s, std::size_t min_rounds_checked) {
-  std::map<std::uint64_t, std::map<Digest, int>> hashes;
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    if (!s.alive(i)) continue;
-    for (const auto& r : s.reports(i))
-      if (r.kind == RoundReport::Kind::round && r.mode == OuterMode::diloco && !r.local_only)
-        ++hashes[r.round][r.weights_hash];
-  }
-  std::size_t checked = 0;
-  for (const auto& [round, h] : hashes) {
-    EXPECT_EQ(h.size(), 1u) << "round " << round << " ended with " << h.size() << " different φ";
-    checked += h.size() == 1;
-  }
-  EXPECT_GE(checked, min_rounds_checked);
-  for (std::size_t i = 0; i < s.size(); ++i)
-    if (s.alive(i)) {
-      EXPECT_EQ(s.engine(i).mismatches(), 0u) << "node " << i;
-    }
 }
 
 TEST(RoundEngine, DiLoCoMembersEndEveryRoundBitIdentical) {

@@ -63,9 +63,9 @@ TEST(GossipRuntime, RingAllReduceOverEncryptedTcp) {
   op[0] = 1;
   std::vector<std::future<std::unique_ptr<Protocol>>> fs;
   for (std::size_t i = 0; i < N; ++i)
-    fs.push_back(run(m, i,
-                     RingAllReduce::create(op, m.ids[i], m.ids, randn(i, n), o,
-                                                     GossipRuntime::now()).value()));
+    fs.push_back(run(
+        m, i,
+        RingAllReduce::create(op, m.ids[i], m.ids, randn(i, n), o, GossipRuntime::now()).value()));
   std::vector<std::unique_ptr<Protocol>> done;
   for (auto& f : fs) {
     auto r = await(f, 60s);
@@ -99,9 +99,9 @@ TEST(GossipRuntime, SurvivorsFinishWhenOneMemberNeverStartsAndAnotherShutsDown) 
   op[0] = 2;
   std::vector<std::future<std::unique_ptr<Protocol>>> fs;
   for (std::size_t i = 0; i < 4; ++i)  // member 4 never starts the op: it hangs
-    fs.push_back(run(m, i,
-                     RingAllReduce::create(op, m.ids[i], m.ids, randn(i, n), o,
-                                                     GossipRuntime::now()).value()));
+    fs.push_back(run(
+        m, i,
+        RingAllReduce::create(op, m.ids[i], m.ids, randn(i, n), o, GossipRuntime::now()).value()));
   m.hosts[3]->shutdown();  // member 3 dies right after starting
   std::vector<RingAllReduce*> live;
   std::vector<std::unique_ptr<Protocol>> keep;
@@ -125,14 +125,16 @@ TEST(GossipRuntime, PairExchangeOverEncryptedTcp) {
   OpId op{};
   op[0] = 3;
   const std::size_t n = 3u << 18;
-  auto f0 = run(m, 0,
-                GroupExchange::create(op, m.ids[0], m.ids,
-                                                std::vector<std::vector<float>>{randn(10, n)}, o,
-                                                GossipRuntime::now()).value());
-  auto f1 = run(m, 1,
-                GroupExchange::create(op, m.ids[1], m.ids,
-                                                std::vector<std::vector<float>>{randn(11, n)}, o,
-                                                GossipRuntime::now()).value());
+  auto f0 =
+      run(m, 0,
+          GroupExchange::create(op, m.ids[0], m.ids, std::vector<std::vector<float>>{randn(10, n)},
+                                o, GossipRuntime::now())
+              .value());
+  auto f1 =
+      run(m, 1,
+          GroupExchange::create(op, m.ids[1], m.ids, std::vector<std::vector<float>>{randn(11, n)},
+                                o, GossipRuntime::now())
+              .value());
   auto r0 = await(f0, 60s), r1 = await(f1, 60s);
   ASSERT_TRUE(r0 && r1);
   auto& e0 = static_cast<GroupExchange&>(**r0);
@@ -168,9 +170,10 @@ TEST(GossipRuntime, ConcurrentOpsShareOnePeerStreamLimit) {
     op[0] = static_cast<std::uint8_t>(10 + k);
     for (std::size_t i = 0; i < 2; ++i)
       fs.push_back(run(m, i,
-                       GroupExchange::create(
-                           op, m.ids[i], m.ids, std::vector<std::vector<float>>{randn(20 + i, n)},
-                           o, GossipRuntime::now()).value()));
+                       GroupExchange::create(op, m.ids[i], m.ids,
+                                             std::vector<std::vector<float>>{randn(20 + i, n)}, o,
+                                             GossipRuntime::now())
+                           .value()));
   }
   for (auto& f : fs) {
     auto r = await(f, 60s);
