@@ -95,10 +95,30 @@ const std::map<std::string, Setter>& config_options() {
                     const std::string& v) { c.clip = parse_number(o, v, 0, 1e6); }},
       {"--outer",
        [](RunConfig& c, const std::string& o, const std::string& v) {
-         auto k = parse_mode(v);
-         if (!k) throw CliError(o + ": expected noloco or diloco, got '" + v + "'");
-         c.outer = *k;
+         if (!c.set_outer(v))
+           throw CliError(o + ": expected noloco, diloco or sparseloco, got '" + v + "'");
+         // SparseLoCo's own outer step (Grove's defaults): lr 1.0, no momentum, unless given.
+         if (c.sparseloco && c.outer_lr == RunConfig{}.outer_lr) c.outer_lr = 1.0f;
+         if (c.sparseloco && c.outer_momentum == RunConfig{}.outer_momentum)
+           c.outer_momentum = 0.0f;
        }},
+      {"--topk",
+       [](RunConfig& c, const std::string& o, const std::string& v) {
+         c.topk = static_cast<std::uint32_t>(parse_whole(o, v, 1, 65536));
+       }},
+      {"--topk-chunk",
+       [](RunConfig& c, const std::string& o, const std::string& v) {
+         const auto n = parse_whole(o, v, 64, 65536);
+         if ((n & (n - 1)) != 0) throw CliError(o + ": expected a power of two, got '" + v + "'");
+         c.topk_chunk = static_cast<std::uint32_t>(n);
+       }},
+      {"--topk-bits",
+       [](RunConfig& c, const std::string& o, const std::string& v) {
+         if (v != "32" && v != "2") throw CliError(o + ": expected 32 or 2, got '" + v + "'");
+         c.topk_bits = v == "2" ? 2 : 32;
+       }},
+      {"--error-decay", [](RunConfig& c, const std::string& o,
+                           const std::string& v) { c.error_decay = parse_number(o, v, 0, 1); }},
       {"--outer-lr", [](RunConfig& c, const std::string& o,
                         const std::string& v) { c.outer_lr = parse_number(o, v, 1e-6, 10); }},
       {"--outer-momentum",
@@ -264,15 +284,23 @@ Run config (only with --bootstrap; fixed for the run, joiners take it from the s
   --schedule-steps N      cosine decay horizon in inner steps (default 20000)
   --weight-decay X        AdamW weight decay (default 0.1)
   --clip X                gradient-norm clip, 0 = off (default 1)
-  --outer noloco|diloco   outer optimiser (default noloco: random pairwise averaging)
-  --outer-lr X            DiLoCo Nesterov learning rate (default 0.7)
-  --outer-momentum X      DiLoCo Nesterov momentum (default 0.9)
+  --outer noloco|diloco|sparseloco
+                          outer optimiser (default noloco: random pairwise averaging; diloco:
+                          group all-reduce of the pseudo-gradient; sparseloco: the group
+                          all-gathers each member's top-k of an error buffer, ~30x fewer bytes)
+  --outer-lr X            DiLoCo Nesterov learning rate (default 0.7; SparseLoCo 1.0)
+  --outer-momentum X      DiLoCo Nesterov momentum (default 0.9; SparseLoCo 0)
+  --topk K                SparseLoCo: values sent per chunk (default 64)
+  --topk-chunk N          SparseLoCo: chunk of the top-k, a power of two (default 4096)
+  --topk-bits 32|2        SparseLoCo: bits per value sent (default 32; 2: a scale per chunk)
+  --error-decay X         SparseLoCo: error buffer decay per round (default 0.95)
   --noloco-alpha X        NoLoCo momentum (default 0.5)
   --noloco-beta X         NoLoCo step on the averaged pseudo-gradient (default 0.7)
   --noloco-gamma X        NoLoCo pull toward the partners' slow weights (default 0.7)
   --codec fp16|bf16|fp32|e3m0
-                          what goes on the wire (default fp16; DiLoCo sums partial results and
-                          uses fp16 where e3m0 is chosen)
+                          what goes on the wire (default fp16; e3m0 with diloco: each member
+                          sends its pseudo-gradient in 4 bits, with error feedback, in an
+                          all-gather instead of the all-reduce)
   --window-ms MS          matchmaking window: nodes ready in the same window pair up
                           (default 10000; shorter for short rounds on a LAN)
   --eval-every N          inner steps between evaluations (default 100)

@@ -109,12 +109,8 @@ const std::vector<Field>& fields() {
       float_field("beta1", &RunConfig::beta1),
       float_field("beta2", &RunConfig::beta2),
       float_field("clip", &RunConfig::clip),
-      {"outer", [](const RunConfig& c) { return std::string(to_string(c.outer)); },
-       [](RunConfig& c, std::string_view v) {
-         auto o = parse_mode(v);
-         if (o) c.outer = *o;
-         return o.has_value();
-       }},
+      {"outer", [](const RunConfig& c) { return c.outer_name(); },
+       [](RunConfig& c, std::string_view v) { return c.set_outer(v); }},
       float_field("outer_lr", &RunConfig::outer_lr),
       float_field("outer_momentum", &RunConfig::outer_momentum),
       float_field("noloco_alpha", &RunConfig::noloco_alpha),
@@ -126,6 +122,10 @@ const std::vector<Field>& fields() {
          if (k) c.codec = *k;
          return k.has_value();
        }},
+      u32_field("topk", &RunConfig::topk),
+      u32_field("topk_chunk", &RunConfig::topk_chunk),
+      u32_field("topk_bits", &RunConfig::topk_bits),
+      float_field("error_decay", &RunConfig::error_decay),
       u32_field("window_ms", &RunConfig::window_ms),
       {"data", [](const RunConfig& c) { return std::string(to_string(c.data)); },
        [](RunConfig& c, std::string_view v) {
@@ -218,10 +218,40 @@ std::string RunConfig::check() const {
   if (!in(noloco_alpha, 0, 0.999)) return "noloco alpha: 0 to 0.999";
   if (!(noloco_beta > 0 && noloco_beta <= 2)) return "noloco beta: above 0, at most 2";
   if (!in(noloco_gamma, 0, 2)) return "noloco gamma: 0 to 2";
+  if (!in(topk_chunk, 64, 65536) || (topk_chunk & (topk_chunk - 1)) != 0)
+    return "top-k chunk: a power of two, 64 to 65536";
+  if (!in(topk, 1, topk_chunk)) return "top-k: 1 to the chunk";
+  if (topk_bits != 32 && topk_bits != 2) return "top-k value bits: 32 or 2";
+  if (!in(error_decay, 0, 1)) return "error decay: 0 to 1";
   if (!in(window_ms, 500, 600'000)) return "window: 500 to 600000 ms";
   if (!in(eval_every, 1, 1'000'000)) return "eval every: 1 to 1000000";
   if (!in(eval_batches, 1, 10'000)) return "eval batches: 1 to 10000";
   return {};
+}
+
+std::string RunConfig::outer_name() const {
+  return sparseloco && outer == OuterMode::diloco ? "sparseloco" : to_string(outer);
+}
+
+std::string RunConfig::wire_name() const {
+  if (outer == OuterMode::diloco && sparseloco)
+    return "top-" + std::to_string(topk) + "/" + std::to_string(topk_chunk) + " " +
+           (topk_bits == 2 ? "2-bit" : "fp32") + " + error feedback";
+  if (compressed_rounds()) return "e3m0 + error feedback";
+  return to_string(codec);
+}
+
+bool RunConfig::set_outer(std::string_view name) {
+  if (name == "sparseloco") {
+    outer = OuterMode::diloco;
+    sparseloco = true;
+    return true;
+  }
+  const auto m = parse_mode(name);
+  if (!m) return false;
+  outer = *m;
+  sparseloco = false;
+  return true;
 }
 
 transport::Result<RunConfig> parse_run_config(std::string_view text) {

@@ -64,6 +64,16 @@ struct RunConfig {
   float outer_momentum = 0.9f;  ///< DiLoCo's Nesterov momentum
   float noloco_alpha = 0.5f, noloco_beta = 0.7f, noloco_gamma = 0.7f;
   WireCodec codec = WireCodec::fp16;
+  /// SparseLoCo (outer "sparseloco"): DiLoCo-mode rounds whose members each send the top-k of an
+  /// error buffer (gossip/step_work.hpp, CompressedRounds), stepped with outer_lr and
+  /// outer_momentum (SparseLoCo's own: 1.0 and 0). Per chunk of topk_chunk values (a power of
+  /// two) the topk largest, their values in topk_bits bits (32, or 2: a scale and ±0.5/1.5 of
+  /// it); the error buffer decays by error_decay (β_e) each round.
+  bool sparseloco = false;
+  std::uint32_t topk = 64;
+  std::uint32_t topk_chunk = 4096;
+  std::uint32_t topk_bits = 32;
+  float error_decay = 0.95f;
   /// Matchmaking window (ms): nodes ready in the same window are paired or grouped. Every member
   /// must use the same windows; short ones suit short rounds (tests), the default suits rounds of
   /// tens of seconds and more over the internet.
@@ -73,6 +83,17 @@ struct RunConfig {
   std::uint32_t eval_every = 100;  ///< inner steps between evaluations
   std::uint32_t eval_batches = 8;
 
+  /// "noloco", "diloco" or "sparseloco" (the outer algorithm, as --outer takes it).
+  std::string outer_name() const;
+  /// Sets the outer algorithm from its name (--outer, the config text, a trainer's hello);
+  /// false: not one of the three.
+  bool set_outer(std::string_view name);
+  /// DiLoCo-mode rounds send compressed messages: SparseLoCo, or DiLoCo with the e3m0 codec.
+  bool compressed_rounds() const {
+    return outer == OuterMode::diloco && (sparseloco || codec == WireCodec::e3m0);
+  }
+  /// What goes on the wire, for people: "fp16", "top-64/4096 2-bit + error feedback", ...
+  std::string wire_name() const;
   /// The canonical text (the bytes that are hashed and published).
   std::string to_text() const;
   /// BLAKE2b-256 of to_text(), as 64 hex digits.

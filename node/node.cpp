@@ -54,8 +54,21 @@ gossip::RoundOptions round_options(const RunConfig& c, const CliOptions& cli, st
   o.diloco.momentum = c.outer_momentum;
   const auto codec = c.codec;
   o.exchange.codec = codec;
-  // The all-reduce sums partial results: a 4-bit code cannot carry them.
+  // The all-reduce sums partial results: a 4-bit code cannot carry them (compressed rounds
+  // all-gather each member's message instead; the all-reduce is left for rounds that average φ).
   o.allreduce.codec = codec == gossip::WireCodec::e3m0 ? gossip::WireCodec::fp16 : codec;
+  if (c.compressed_rounds()) {
+    gossip::CompressedRounds k;
+    if (c.sparseloco) {
+      k.codec.kind = gossip::WireCodec::topk;
+      k.codec.topk = {c.topk_chunk, c.topk, c.topk_bits == 2};
+      k.decay = c.error_decay;
+    } else {
+      k.codec.kind = gossip::WireCodec::e3m0;  // plain error feedback
+      k.decay = 1.0f;
+    }
+    o.compressed = k;
+  }
   o.threads = cli.threads;
   // The window and its margins scale together: a record must be out a quarter window before the
   // close, and the read waits a little for records to spread.

@@ -42,7 +42,8 @@ constexpr auto kStatusSchema = sc::record<StatusAnswer>(
                            sc::field("reachable", &MemberStatus::reachable, sc::Bool{}),
                            sc::field("sync_bytes", &MemberStatus::sync_bytes, sc::Uint{}),
                            sc::field("sync_total", &MemberStatus::sync_total, sc::Uint{}),
-                           sc::field("sync_rate", &MemberStatus::sync_rate, kNumber)))));
+                           sc::field("sync_rate", &MemberStatus::sync_rate, kNumber),
+                           sc::field("algorithm", &MemberStatus::algorithm, kText)))));
 
 std::string num(double v, const char* fmt) {
   if (!std::isfinite(v)) return "-";
@@ -129,7 +130,8 @@ std::string status_json(const std::vector<MemberStatus>& members) {
          ",\"reachable\":" + (m.reachable ? "true" : "false") +
          ",\"sync_bytes\":" + std::to_string(m.sync_bytes) +
          ",\"sync_total\":" + std::to_string(m.sync_total) +
-         ",\"sync_rate\":" + json_number(m.sync_rate) + "}\n";
+         ",\"sync_rate\":" + json_number(m.sync_rate) +
+         ",\"algorithm\":" + json_string(m.algorithm) + "}\n";
   }
   return s;
 }
@@ -137,20 +139,24 @@ std::string status_json(const std::vector<MemberStatus>& members) {
 std::string status_table(const std::vector<MemberStatus>& members) {
   std::string s;
   char line[320];
-  std::snprintf(line, sizeof line, "%-16s %-11s %8s %6s %8s %8s %8s %9s %-8s %9s %9s %7s  %s\n",
-                "node", "status", "step", "round", "loss", "eval", "tok/s", "sync ms", "partner",
-                "sent MB", "recv MB", "round s", "address");
+  std::snprintf(line, sizeof line,
+                "%-16s %-11s %8s %6s %8s %8s %8s %9s %-8s %9s %9s %7s %-10s  %s\n", "node",
+                "status", "step", "round", "loss", "eval", "tok/s", "sync ms", "partner", "sent MB",
+                "recv MB", "round s", "outer", "address");
   s += line;
   for (const auto& m : members) {
-    std::snprintf(
-        line, sizeof line, "%-16s %-11s %8llu %6llu %8s %8s %8s %9s %-8s %9.1f %9.1f %7s  %s\n",
-        printable(m.node, 16).c_str(), printable(m.status, 11).c_str(),
-        static_cast<unsigned long long>(m.step), static_cast<unsigned long long>(m.round),
-        num(m.loss, "%.4f").c_str(), num(m.eval_loss, "%.4f").c_str(),
-        num(m.tokens_per_s, "%.0f").c_str(), num(m.last_sync_ms, "%.0f").c_str(),
-        m.last_partner.empty() ? "-" : printable(m.last_partner, 8).c_str(),
-        static_cast<double>(m.bytes_sent) / 1e6, static_cast<double>(m.bytes_received) / 1e6,
-        num(m.round_s, "%.1f").c_str(), printable(m.address, 80).c_str());
+    const std::string outer = m.algorithm.substr(0, m.algorithm.find(' '));
+    std::snprintf(line, sizeof line,
+                  "%-16s %-11s %8llu %6llu %8s %8s %8s %9s %-8s %9.1f %9.1f %7s %-10s  %s\n",
+                  printable(m.node, 16).c_str(), printable(m.status, 11).c_str(),
+                  static_cast<unsigned long long>(m.step), static_cast<unsigned long long>(m.round),
+                  num(m.loss, "%.4f").c_str(), num(m.eval_loss, "%.4f").c_str(),
+                  num(m.tokens_per_s, "%.0f").c_str(), num(m.last_sync_ms, "%.0f").c_str(),
+                  m.last_partner.empty() ? "-" : printable(m.last_partner, 8).c_str(),
+                  static_cast<double>(m.bytes_sent) / 1e6,
+                  static_cast<double>(m.bytes_received) / 1e6, num(m.round_s, "%.1f").c_str(),
+                  outer.empty() ? "-" : printable(outer, 10).c_str(),
+                  printable(m.address, 80).c_str());
     s += line;
     if (m.sync_total > 0) s += "    state sync: " + sync_progress_text(m) + "\n";
   }

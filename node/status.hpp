@@ -40,6 +40,9 @@ struct MemberStatus {
   /// rate measured from its donor (bytes per second); zeros when none is.
   std::uint64_t sync_bytes = 0, sync_total = 0;
   double sync_rate = NAN;
+  /// The outer algorithm of its last round and what it sends: "noloco (fp16)", "sparseloco
+  /// (top-64/4096 fp32 + error feedback)", ...
+  std::string algorithm;
 };
 /// "42% of 8.00 GB at 11.8 MB/s, 6 min left" for a sync under way ("-" when none is).
 std::string sync_progress_text(const MemberStatus& m);

@@ -14,7 +14,7 @@ using transport::errc;
 
 namespace {
 
-constexpr std::size_t kMaxKeys = 16;
+constexpr std::size_t kMaxKeys = 24;
 constexpr std::size_t kMaxWhy = 1024;
 const char* const kDtypes[] = {"float32", "float16", "bfloat16", "float64"};
 
@@ -172,9 +172,24 @@ transport::Result<TrainerMessage> decode_trainer_message(std::span<const std::ui
   if (!ts || !decode_tensors(*ts, h.model, &twhy)) return bad("hello: " + twhy);
   if (const auto* o = field(m, "outer"); o && o->type != msgpack::type::NIL) {
     std::string s;
-    if (!mp::get_str(*o, 16, s) || !parse_mode(s)) return bad("hello: outer is noloco or diloco");
-    h.outer = parse_mode(s);
+    if (!mp::get_str(*o, 16, s) || !RunConfig{}.set_outer(s))
+      return bad("hello: outer is noloco, diloco or sparseloco");
+    h.outer = s;
   }
+  if (const auto* o = field(m, "codec"); o && o->type != msgpack::type::NIL) {
+    std::string s;
+    if (!mp::get_str(*o, 16, s) || !parse_codec(s))
+      return bad("hello: codec is fp16, bf16, fp32 or e3m0");
+    h.codec = parse_codec(s);
+  }
+  for (auto [key, out, most] :
+       {std::tuple{"topk", &h.topk, 65536u}, std::tuple{"topk_chunk", &h.topk_chunk, 65536u},
+        std::tuple{"topk_bits", &h.topk_bits, 32u}})
+    if (const auto* o = field(m, key); o && o->type != msgpack::type::NIL) {
+      if (!mp::get_u64(*o, v) || v == 0 || v > most)
+        return bad(std::string("hello: ") + key + " is 1 to " + std::to_string(most));
+      *out = static_cast<std::uint32_t>(v);
+    }
   if (const auto* hs = field(m, "inner_steps"); hs && hs->type != msgpack::type::NIL) {
     if (!mp::get_u64(*hs, v) || v == 0 || v > 1'000'000)
       return bad("hello: inner_steps is 1 to 1000000");
@@ -184,7 +199,8 @@ transport::Result<TrainerMessage> decode_trainer_message(std::span<const std::ui
       !get_opt_float(m, "outer_momentum", h.outer_momentum) ||
       !get_opt_float(m, "noloco_alpha", h.noloco_alpha) ||
       !get_opt_float(m, "noloco_beta", h.noloco_beta) ||
-      !get_opt_float(m, "noloco_gamma", h.noloco_gamma))
+      !get_opt_float(m, "noloco_gamma", h.noloco_gamma) ||
+      !get_opt_float(m, "error_decay", h.error_decay))
     return bad("hello: the algorithm's numbers must be finite numbers");
   if (const auto* pid = field(m, "pid"); pid && !mp::get_u64(*pid, h.pid)) return bad("hello: pid");
   return TrainerMessage{std::move(h)};
@@ -229,9 +245,23 @@ std::vector<std::uint8_t> encode_trainer_message(const TrainerMessage& msg) {
         pack_spec(p, h.model);
         mp::pack_str(p, "outer");
         if (h.outer)
-          mp::pack_str(p, to_string(*h.outer));
+          mp::pack_str(p, *h.outer);
         else
           p.pack_nil();
+        mp::pack_str(p, "codec");
+        if (h.codec)
+          mp::pack_str(p, to_string(*h.codec));
+        else
+          p.pack_nil();
+        for (auto [key, v] : {std::pair{"topk", h.topk}, std::pair{"topk_chunk", h.topk_chunk},
+                              std::pair{"topk_bits", h.topk_bits}}) {
+          mp::pack_str(p, key);
+          if (v)
+            p.pack_uint32(v);
+          else
+            p.pack_nil();
+        }
+        opt(p, "error_decay", h.error_decay);
         mp::pack_str(p, "inner_steps");
         if (h.inner_steps)
           p.pack_uint32(h.inner_steps);
@@ -245,7 +275,7 @@ std::vector<std::uint8_t> encode_trainer_message(const TrainerMessage& msg) {
         mp::pack_str(p, "pid");
         p.pack_uint64(h.pid);
       },
-      10);
+      15);
 }
 
 void apply_hello(const TrainerHello& h, RunConfig& c) {
@@ -254,8 +284,13 @@ void apply_hello(const TrainerHello& h, RunConfig& c) {
   c.model_params = h.model.params();
   c.model_tensors = static_cast<std::uint32_t>(h.model.tensors.size());
   c.model_spec = h.model.hash_hex();
-  if (h.outer) c.outer = *h.outer;
+  if (h.outer) c.set_outer(*h.outer);
   if (h.inner_steps) c.inner_steps = h.inner_steps;
+  if (h.codec) c.codec = *h.codec;
+  if (h.topk) c.topk = h.topk;
+  if (h.topk_chunk) c.topk_chunk = h.topk_chunk;
+  if (h.topk_bits) c.topk_bits = h.topk_bits;
+  if (h.error_decay) c.error_decay = *h.error_decay;
   if (h.outer_lr) c.outer_lr = *h.outer_lr;
   if (h.outer_momentum) c.outer_momentum = *h.outer_momentum;
   if (h.noloco_alpha) c.noloco_alpha = *h.noloco_alpha;
@@ -280,9 +315,12 @@ std::string check_hello(const TrainerHello& h, const RunConfig& c) {
     return "the model does not match the run's: the same sizes, but other parameter names, "
            "shapes or dtypes than in run " +
            c.run_name();
-  if (h.outer && *h.outer != c.outer)
-    return std::string("run ") + c.run_name() + " uses " + to_string(c.outer) +
-           "; this trainer asked for " + to_string(*h.outer);
+  if (h.outer && *h.outer != c.outer_name())
+    return "run " + c.run_name() + " uses " + c.outer_name() + "; this trainer asked for " +
+           *h.outer;
+  if (h.codec && *h.codec != c.codec)
+    return "run " + c.run_name() + " sends " + to_string(c.codec) + "; this trainer asked for " +
+           to_string(*h.codec);
   if (h.inner_steps && h.inner_steps != c.inner_steps)
     return "run " + c.run_name() + " has " + std::to_string(c.inner_steps) +
            " inner steps per round; this trainer asked for " + std::to_string(h.inner_steps);

@@ -69,9 +69,13 @@ struct ModelSpec {
 struct TrainerHello {
   std::uint32_t version = 0;
   ModelSpec model;
-  std::optional<OuterMode> outer;
-  std::uint32_t inner_steps = 0;  ///< 0: not given
+  std::optional<std::string> outer;  ///< noloco, diloco or sparseloco (RunConfig::set_outer)
+  std::uint32_t inner_steps = 0;     ///< 0: not given
   std::optional<float> outer_lr, outer_momentum, noloco_alpha, noloco_beta, noloco_gamma;
+  std::optional<WireCodec> codec;
+  /// SparseLoCo's numbers (RunConfig); 0 / none: not given.
+  std::uint32_t topk = 0, topk_chunk = 0, topk_bits = 0;
+  std::optional<float> error_decay;
   std::uint64_t pid = 0;
   friend bool operator==(const TrainerHello&, const TrainerHello&) = default;
 };

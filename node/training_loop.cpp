@@ -130,8 +130,8 @@ class Loop {
 
 int Loop::run() {
   const auto& c = s_.config;
-  s_.console.banner(t_.progress.node, s_.run_name, s_.workload.describe(), to_string(c.outer),
-                    to_string(c.codec), s_.net.advertise());
+  s_.console.banner(t_.progress.node, s_.run_name, s_.workload.describe(), c.outer_name(),
+                    c.wire_name(), s_.net.advertise());
   if (!s_.join_command.empty()) s_.console.join_command(s_.join_command);
   ctl_.begin(s_.start, !s_.o.peers.empty() || s_.rejoined, now_ms());
   while (!exit_) {
@@ -383,10 +383,16 @@ void Loop::tally(const gossip::RoundReport& r) {
   // The first partner's short id ("" when nobody), for the status, the live and round lines.
   const std::string partner =
       r.averaged_with.empty() ? "" : transport::to_hex(r.averaged_with.front()).substr(0, 8);
+  // SparseLoCo's rounds are DiLoCo-mode rounds with its compressed messages: named as such.
+  const bool group = r.mode == OuterMode::diloco;
+  const std::string mode =
+      s_.config.sparseloco && group ? "sparseloco" : std::string(gossip::to_string(r.mode));
   s_.board.update([&](MemberStatus& me) {
     me.tokens_per_s = t_.tokens_per_s;
     me.last_sync_ms = static_cast<double>(r.sync_time.count());
     me.last_partner = partner;
+    me.algorithm = mode + " (" +
+                   (group ? s_.config.wire_name() : std::string(to_string(s_.config.codec))) + ")";
   });
   publish_status("training");
   p.partners.clear();
@@ -412,7 +418,7 @@ void Loop::tally(const gossip::RoundReport& r) {
   t_.last_sync = with + b;
   event::Round e;
   e.synced = !is_round;
-  e.mode = gossip::to_string(r.mode);
+  e.mode = mode;
   e.tokens_per_s = t_.tokens_per_s;
   e.bytes_sent = r.bytes_sent;
   e.bytes_received = r.bytes_received;

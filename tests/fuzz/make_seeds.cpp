@@ -570,8 +570,8 @@ void gossip_seeds(const fs::path& dir) {
     go.piece_values = gz::kChunk;
     std::vector<float> in(gz::kRingValues);
     for (std::size_t i = 0; i < in.size(); ++i) in[i] = 0.01f * static_cast<float>(i % 13) - 0.06f;
-    auto a = g::RingAllGather::create(gz::op(), gz::peer(0), {gz::peer(0), gz::peer(1), gz::peer(2)},
-                                      in, go, g::Time(0))
+    auto a = g::RingAllGather::create(gz::op(), gz::peer(0),
+                                      {gz::peer(0), gz::peer(1), gz::peer(2)}, in, go, g::Time(0))
                  .value();
     for (auto& o : a->take_outgoing())
       if (o.to == gz::peer(1))
@@ -682,6 +682,13 @@ void run_config_seeds(const fs::path& dir) {
   put("gpt-default.txt", gpt.to_text());
   node::RunConfig mlp = mlp_config();
   put("mlp-diloco-bf16.txt", mlp.to_text());
+  node::RunConfig sparse = mlp;
+  sparse.set_outer("sparseloco");
+  sparse.topk = 32;
+  sparse.topk_chunk = 1024;
+  sparse.topk_bits = 2;
+  sparse.error_decay = 0.9f;
+  put("mlp-sparseloco-2bit.txt", sparse.to_text());
   node::RunConfig files = gpt;
   files.model = "base";
   files.seed = 18446744073709551615ull;
@@ -935,16 +942,28 @@ void trainer_seeds(const fs::path& dir) {
                      {"0.bias", {32}, "float32"},
                      {"2.weight", {1, 32}, "bfloat16"},
                      {"2.bias", {1}, "float16"}};
-  h.outer = node::OuterMode::noloco;
+  h.outer = "noloco";
   h.inner_steps = 50;
   h.noloco_alpha = 0.5f;
   h.pid = 4242;
   put("hello.bin", node::encode_trainer_message(h));
-  h.outer = node::OuterMode::diloco;
+  h.outer = "diloco";
   h.outer_lr = 0.7f;
   h.outer_momentum = 0.9f;
   h.noloco_alpha.reset();
   put("hello_diloco.bin", node::encode_trainer_message(h));
+  {
+    auto sl = h;
+    sl.outer = "sparseloco";
+    sl.topk = 64;
+    sl.topk_chunk = 4096;
+    sl.topk_bits = 2;
+    sl.error_decay = 0.95f;
+    put("hello_sparseloco.bin", node::encode_trainer_message(sl));
+    sl.outer = "diloco";
+    sl.codec = node::WireCodec::e3m0;
+    put("hello_diloco_e3m0.bin", node::encode_trainer_message(sl));
+  }
   h.model.tensors[0].dtype = "int64";
   put("hello_int_dtype.bin", node::encode_trainer_message(h));
   h.model.tensors[0].dtype = "float32";

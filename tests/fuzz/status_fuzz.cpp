@@ -42,11 +42,13 @@ bool same(const MemberStatus& a, const MemberStatus& b) {
          a.bytes_sent == b.bytes_sent && a.bytes_received == b.bytes_received &&
          same_number(a.round_s, b.round_s) && same_number(a.uptime_s, b.uptime_s) &&
          a.reachable == b.reachable && a.sync_bytes == b.sync_bytes &&
-         a.sync_total == b.sync_total && same_number(a.sync_rate, b.sync_rate);
+         a.sync_total == b.sync_total && same_number(a.sync_rate, b.sync_rate) &&
+         a.algorithm == b.algorithm;
 }
 
 bool within_limits(const MemberStatus& m) {
-  for (const std::string* s : {&m.node, &m.address, &m.status, &m.run, &m.last_partner})
+  for (const std::string* s :
+       {&m.node, &m.address, &m.status, &m.run, &m.last_partner, &m.algorithm})
     if (s->size() > kMaxText) return false;
   for (double v : {m.loss, m.eval_loss, m.loss_floor, m.tokens_per_s, m.last_sync_ms, m.round_s,
                    m.uptime_s, m.sync_rate})

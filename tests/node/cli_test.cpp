@@ -45,6 +45,37 @@ TEST(Cli, BootstrapWithRunConfig) {
   EXPECT_EQ(o.log_level, "debug");
 }
 
+// SparseLoCo takes its own outer step unless told otherwise (lr 1.0, no momentum), and its
+// numbers are checked.
+TEST(Cli, SparseLoCoAndItsNumbers) {
+  auto o = parse({"--bootstrap", "--outer", "sparseloco", "--topk", "32", "--topk-chunk", "1024",
+                  "--topk-bits", "2", "--error-decay", "0.9"});
+  EXPECT_EQ(o.config.outer, OuterMode::diloco);
+  EXPECT_TRUE(o.config.sparseloco);
+  EXPECT_EQ(o.config.outer_name(), "sparseloco");
+  EXPECT_FLOAT_EQ(o.config.outer_lr, 1.0f);
+  EXPECT_FLOAT_EQ(o.config.outer_momentum, 0.0f);
+  EXPECT_EQ(o.config.topk, 32u);
+  EXPECT_EQ(o.config.topk_chunk, 1024u);
+  EXPECT_EQ(o.config.topk_bits, 2u);
+  EXPECT_FLOAT_EQ(o.config.error_decay, 0.9f);
+  EXPECT_TRUE(o.config.compressed_rounds());
+  EXPECT_EQ(o.config.wire_name(), "top-32/1024 2-bit + error feedback");
+  auto given = parse({"--bootstrap", "--outer-lr", "0.8", "--outer", "sparseloco"});
+  EXPECT_FLOAT_EQ(given.config.outer_lr, 0.8f);
+  auto e3 = parse({"--bootstrap", "--outer", "diloco", "--codec", "e3m0"});
+  EXPECT_TRUE(e3.config.compressed_rounds());
+  EXPECT_FALSE(parse({"--bootstrap", "--codec", "e3m0"}).config.compressed_rounds());  // NoLoCo
+  EXPECT_NE(error_of({"--bootstrap", "--topk-chunk", "1000"}).find("power of two"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--bootstrap", "--topk-bits", "4"}).find("32 or 2"), std::string::npos);
+  EXPECT_NE(error_of({"--bootstrap", "--error-decay", "1.5"}).find("--error-decay"),
+            std::string::npos);
+  // Top-k larger than its chunk: the run config's check names it.
+  RunConfig c = parse({"--bootstrap", "--outer", "sparseloco", "--topk", "5000"}).config;
+  EXPECT_NE(c.check().find("top-k"), std::string::npos);
+}
+
 TEST(Cli, JoinWithPeersAndData) {
   auto o = parse({"--peer", "10.0.0.1:7000", "--peer", "[::1]:7001", "--data", "a.txt", "b.txt",
                   "--run", "gpt-0123456789ab"});
@@ -89,7 +120,7 @@ TEST(Cli, BadInputNamesTheProblem) {
             std::string::npos);
   EXPECT_NE(error_of({"--bootstrap", "--inner-steps", "ten"}).find("got 'ten'"), std::string::npos);
   EXPECT_NE(error_of({"--bootstrap", "--lr", "-1"}).find("--lr"), std::string::npos);
-  EXPECT_NE(error_of({"--bootstrap", "--outer", "sgd"}).find("noloco or diloco"),
+  EXPECT_NE(error_of({"--bootstrap", "--outer", "sgd"}).find("noloco, diloco or sparseloco"),
             std::string::npos);
   EXPECT_NE(error_of({"--peer", "nohost"}).find("HOST:PORT"), std::string::npos);
   EXPECT_NE(error_of({"--peer", "h:70000"}).find("port"), std::string::npos);

@@ -520,6 +520,80 @@ TEST(NodeProcess, DiLoCoSwarmTrainsAndGoesOnWhenAMemberIsKilled) {
   for (Proc* p : {&n0, &n1}) EXPECT_EQ(p->wait_exit(60s), 0) << p->log();
 }
 
+// The slow-weights hash each node's metrics give for the rounds it averaged (round → hash).
+std::map<std::string, std::string> averaged_hashes(const std::string& metrics) {
+  std::map<std::string, std::string> out;
+  std::ifstream in(metrics);
+  const std::regex round(
+      R"re("event":"round".*"round":(\d+).*"partners":\[".*"param_hash":"([0-9a-f]+)")re");
+  for (std::string line; std::getline(in, line);) {
+    std::smatch m;
+    if (std::regex_search(line, m, round)) out[m[1]] = m[2];
+  }
+  return out;
+}
+
+// Compressed DiLoCo-mode rounds (SparseLoCo's top-k of an error buffer, 2-bit top-k, E3M0
+// DiLoCo), from the start: three members all-gather their messages and learn; one is killed
+// with SIGKILL and a fourth joins; the survivors and the joiner average together, and every
+// round that two members averaged ended with the same slow weights on both.
+class CompressedProcess : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(CompressedProcess, LearnsThroughAKillAndAJoinWithOnePhiPerRound) {
+  TempDir d;
+  std::vector<std::string> algo;
+  const std::string which = GetParam();
+  if (which == "e3m0")
+    algo = {"--outer", "diloco", "--codec", "e3m0"};
+  else
+    algo = {"--outer",      "sparseloco", "--topk",      "8",
+            "--topk-chunk", "64",         "--topk-bits", which == "sparseloco-2bit" ? "2" : "32"};
+  const std::string mode = which == "e3m0" ? "diloco" : "sparseloco";
+  auto extra = algo;
+  extra.insert(extra.end(), {"--metrics", d / "m0.jsonl"});
+  Proc n0(bootstrap_args(d, "n0", extra));
+  std::string addr;
+  double fresh = 0;
+  ASSERT_TRUE(started(n0, addr, fresh)) << n0.log();
+  Proc n1(join_args(d, "n1", addr, {"--metrics", d / "m1.jsonl"}));
+  Proc n2(join_args(d, "n2", addr));
+  if (!n1.expect(std::regex(mode + R"( with [0-9a-f]{8} \+1,)"), 90s)) {
+    n0.expect(std::regex("^$never^"), 2s);
+    n2.expect(std::regex("^$never^"), 2s);
+    FAIL() << n1.log() << "\n---- n0\n" << n0.log() << "\n---- n2\n" << n2.log();
+  }
+  n2.kill9();
+  Proc n3(join_args(d, "n3", addr, {"--metrics", d / "m3.jsonl"}));
+  ASSERT_TRUE(n3.expect(std::regex("synced +round"), 60s)) << n3.log();
+  std::smatch m;
+  const std::regex averaged(R"(eval ([0-9.e-]+) .* )" + mode + R"( with [0-9a-f]{8})");
+  for (Proc* p : {&n3, &n0, &n1}) {
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(p->expect(averaged, 90s, &m)) << p->log();
+    EXPECT_LT(std::stod(m[1]), 0.5 * fresh) << p->log();
+  }
+  for (Proc* p : {&n0, &n1, &n3}) p->signal(SIGTERM);
+  for (Proc* p : {&n0, &n1, &n3}) EXPECT_EQ(p->wait_exit(60s), 0) << p->log();
+  const auto h0 = averaged_hashes(d / "m0.jsonl");
+  std::size_t compared = 0;
+  for (const char* other : {"m1.jsonl", "m3.jsonl"})
+    for (const auto& [round, hash] : averaged_hashes(d / other))
+      if (auto it = h0.find(round); it != h0.end()) {
+        EXPECT_EQ(hash, it->second) << other << " round " << round;
+        ++compared;
+      }
+  EXPECT_GE(compared, 4u);
+  std::printf("%s: %zu rounds compared across members, one φ each; eval loss %s (fresh %.4f)\n",
+              which.c_str(), compared, m[1].str().c_str(), fresh);
+}
+
+INSTANTIATE_TEST_SUITE_P(Algorithms, CompressedProcess,
+                         ::testing::Values("sparseloco", "sparseloco-2bit", "e3m0"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           std::replace(n.begin(), n.end(), '-', '_');
+                           return n;
+                         });
+
 // A node that cannot be dialed (its advertised address leads to a closed port, as behind a NAT
 // without a port forward) learns so from its peers' dial-back checks, advertises no address,
 // and still averages with the swarm over the connections it opens (it syncs its state from the

@@ -27,6 +27,7 @@ MemberStatus sample() {
   m.bytes_received = 6'510'000;
   m.round_s = 30.5;
   m.uptime_s = 600;
+  m.algorithm = "sparseloco (top-64/4096 fp32 + error feedback)";
   return m;
 }
 
@@ -41,7 +42,10 @@ TEST(Status, RoundTripsAndRendersOneRowPerMember) {
   const auto table = status_table(*back);
   EXPECT_EQ(std::count(table.begin(), table.end(), '\n'), 3);
   EXPECT_NE(table.find("fedcba98"), std::string::npos);
+  EXPECT_NE(table.find(" sparseloco "), std::string::npos);  // the outer column
   const auto json = status_json(*back);
+  EXPECT_NE(json.find(R"x("algorithm":"sparseloco (top-64/4096 fp32 + error feedback)")x"),
+            std::string::npos);
   EXPECT_EQ(std::count(json.begin(), json.end(), '\n'), 2);
 }
 

@@ -12,7 +12,7 @@ TrainerHello small_hello() {
   TrainerHello h;
   h.version = kTrainerProtocol;
   h.model.tensors = {{"fc.weight", {4, 3}, "float32"}, {"fc.bias", {4}, "float32"}};
-  h.outer = OuterMode::diloco;
+  h.outer = "diloco";
   h.inner_steps = 25;
   h.outer_lr = 0.5f;
   h.outer_momentum = 0.8f;
@@ -120,7 +120,7 @@ TEST(TrainerProtocol, TheFirstTrainerMakesTheRunAndLaterOnesMustMatchIt) {
   other.model.tensors[1].name = "fc.b";  // same sizes, another name
   EXPECT_NE(check_hello(other, c).find("other parameter names"), std::string::npos);
   other = h;
-  other.outer = OuterMode::noloco;
+  other.outer = "noloco";
   EXPECT_NE(check_hello(other, c).find("asked for noloco"), std::string::npos);
   other = h;
   other.inner_steps = 26;

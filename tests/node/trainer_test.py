@@ -12,8 +12,11 @@ grove package (node/python): --workload external end to end.
           besides its float32 ones, so the copy path and the zero-copy path both run.
   diloco: three nodes + trainers with DiLoCo: rounds averaged, losses fall together; the third
           trainer starts its own node (grove.attach(start=[...])) and stops it when it is done.
+  sparseloco: the same with SparseLoCo chosen by the first trainer (node.sparseloco(), top-8 of
+          each 64 values): the run takes its algorithm from the trainer, rounds are averaged and
+          the losses fall together.
 
-Usage: trainer_test.py GROVE_NODE noloco|diloco. Exit 77 (skipped) without torch/msgpack.
+Usage: trainer_test.py GROVE_NODE noloco|diloco|sparseloco. Exit 77 (skipped) without torch/msgpack.
 Run with /usr/bin/python3 (Debian's torch). Waits on conditions with deadlines, never on sleeps.
 """
 import json
@@ -90,8 +93,12 @@ def trainer(argv):
     position = Position()
     node.keep(optimizer=opt, data=position)
     try:
-        outer = (node.noloco(model, inner_steps=a.inner_steps) if a.outer == "noloco"
-                 else node.diloco(model, inner_steps=a.inner_steps))
+        if a.outer == "noloco":
+            outer = node.noloco(model, inner_steps=a.inner_steps)
+        elif a.outer == "sparseloco":  # top-8 of each 64 of the model's 322 values
+            outer = node.sparseloco(model, inner_steps=a.inner_steps, topk=8, chunk=64)
+        else:
+            outer = node.diloco(model, inner_steps=a.inner_steps)
     except grove.Refused as e:
         log.write(json.dumps({"refused": str(e)}) + "\n")
         return 3
@@ -366,7 +373,7 @@ if __name__ == "__main__":
     except ImportError as e:
         print("SKIP: %s (Debian: python3-torch python3-msgpack; run with /usr/bin/python3)" % e)
         sys.exit(77)
-    if len(sys.argv) != 3 or sys.argv[2] not in ("noloco", "diloco"):
+    if len(sys.argv) != 3 or sys.argv[2] not in ("noloco", "diloco", "sparseloco"):
         print(__doc__)
         sys.exit(2)
     sys.exit(run(sys.argv[1], sys.argv[2]))

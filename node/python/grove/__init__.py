@@ -151,10 +151,26 @@ class Node:
                                    "noloco_alpha": alpha, "noloco_beta": beta,
                                    "noloco_gamma": gamma})
 
-    def diloco(self, model, inner_steps=500, outer_lr=0.7, momentum=0.9):
-        """DiLoCo: all-reduce of the outer gradients within groups, Nesterov outer step."""
-        return self._hello(model, {"outer": "diloco", "inner_steps": inner_steps,
-                                   "outer_lr": outer_lr, "outer_momentum": momentum})
+    def diloco(self, model, inner_steps=500, outer_lr=0.7, momentum=0.9, codec=None):
+        """DiLoCo: all-reduce of the outer gradients within groups, Nesterov outer step.
+
+        ``codec="e3m0"``: each member sends its outer gradient in 4 bits (with error feedback),
+        all-gathered instead of all-reduced: about 4x fewer bytes than fp16 in groups of four."""
+        fields = {"outer": "diloco", "inner_steps": inner_steps, "outer_lr": outer_lr,
+                  "outer_momentum": momentum}
+        if codec is not None:
+            fields["codec"] = codec
+        return self._hello(model, fields)
+
+    def sparseloco(self, model, inner_steps=30, outer_lr=1.0, topk=64, chunk=4096, bits=32,
+                   error_decay=0.95, momentum=0.0):
+        """SparseLoCo: each member of a group sends the ``topk`` largest values of each ``chunk``
+        of an error buffer (its outer gradients not sent yet), in 32 or 2 ``bits``; the group
+        steps with their mean. Grove's defaults: H 30, lr 1.0, top-64 of 4096, decay 0.95."""
+        return self._hello(model, {"outer": "sparseloco", "inner_steps": inner_steps,
+                                   "outer_lr": outer_lr, "outer_momentum": momentum,
+                                   "topk": topk, "topk_chunk": chunk, "topk_bits": bits,
+                                   "error_decay": error_decay})
 
     def keep(self, **objects):
         """Make objects part of this trainer's state: the inner optimiser, a learning-rate
