@@ -1,7 +1,13 @@
 #!/usr/bin/python3
-"""Convergence of the default workload: N grove-node processes averaging with NoLoCo, the same N
-with DiLoCo, and one node running N x the steps, on loopback. Eval loss against compute (inner
+"""Convergence of the default workload: N grove-node processes averaging with each outer
+algorithm and wire form (NoLoCo; DiLoCo with fp32, fp16 or E3M0 messages; SparseLoCo with fp32 or
+2-bit values), and one node running N x the steps, on loopback. Eval loss against compute (inner
 steps summed over the nodes) and against bytes sent (summed over the nodes).
+
+Bytes: per node and round, the bytes a node's averaging operation sent (round_bytes_sent, state
+syncs left out), also per parameter; each against DiLoCo with fp32 on the wire (the reference,
+--reference), with the final eval loss's gap to the reference's. The last line:
+  convergence-bytes: <config> <bytes ratio>x <loss gap %> ...
 
 Every configuration is the same run config (seed, model, batch, inner steps, schedule, ...) except
 --outer; the single node runs N x the steps of a swarm node, and every node's cosine schedule
@@ -43,7 +49,10 @@ def parse_args():
     ap.add_argument("--binary", default=nb.DEFAULT_BINARY, help="grove-node executable")
     ap.add_argument("--out", default="bench-out", help="output directory")
     ap.add_argument("--configs", default="noloco,diloco,single",
-                    help="which configurations to run, comma-separated (noloco, diloco, single)")
+                    help="which configurations to run, comma-separated (" + ", ".join(CONFIGS) +
+                    ")")
+    ap.add_argument("--reference", default="diloco-fp32",
+                    help="the configuration the bytes and losses are compared with")
     ap.add_argument("--nodes", type=int, default=4, help="swarm size")
     ap.add_argument("--steps", type=int, default=1000, help="inner steps per swarm node")
     ap.add_argument("--single-factor", type=int, default=0,
@@ -71,17 +80,29 @@ def parse_args():
     return ap.parse_args()
 
 
+# Each configuration's run-config options (the rest are the same for all).
+CONFIGS = {
+    "noloco": ["--outer", "noloco"],
+    "diloco": ["--outer", "diloco"],
+    "diloco-fp32": ["--outer", "diloco", "--codec", "fp32"],
+    "diloco-e3m0": ["--outer", "diloco", "--codec", "e3m0"],
+    "sparseloco": ["--outer", "sparseloco"],
+    "sparseloco-2bit": ["--outer", "sparseloco", "--topk-bits", "2"],
+    "single": None,  # --single-outer
+}
+
+
 def run_config(a, binary, name, outer, nodes, steps, logroot):
     logdir = nb.fresh_dir(os.path.join(logroot, name))
     sd = nb.statedir(a.keep_state)
     run_args = ["--workload", a.workload, "--model-size", a.model_size, "--seed", str(a.seed),
                 "--inner-steps", str(a.inner_steps), "--batch", str(a.batch),
                 "--seq-len", str(a.seq_len), "--lr", a.lr, "--warmup", str(a.warmup),
-                "--schedule-steps", str(steps), "--outer", outer,
+                "--schedule-steps", str(steps)] + outer + [
                 "--window-ms", str(a.window_ms), "--eval-every", str(a.eval_every),
                 "--eval-batches", str(a.eval_batches)]
     node_args = ["--max-steps", str(steps), "--threads", str(a.threads)]
-    print(f"[{name}] {nodes} node(s) x {steps} steps, --outer {outer}; logs in {logdir}",
+    print(f"[{name}] {nodes} node(s) x {steps} steps, {' '.join(outer)}; logs in {logdir}",
           flush=True)
     t0 = time.monotonic()
     swarm = nb.start_swarm(binary, nodes, run_args, node_args, logdir, sd)
@@ -152,8 +173,12 @@ def write_csv(path, rows):
 
 
 LABELS = {"noloco": "{n} nodes NoLoCo", "diloco": "{n} nodes DiLoCo",
+          "diloco-fp32": "{n} nodes DiLoCo fp32", "diloco-e3m0": "{n} nodes DiLoCo E3M0",
+          "sparseloco": "{n} nodes SparseLoCo", "sparseloco-2bit": "{n} nodes SparseLoCo 2-bit",
           "single": "1 node, {f}x steps"}
-COLORS = {"noloco": "tab:blue", "diloco": "tab:orange", "single": "tab:green"}
+COLORS = {"noloco": "tab:blue", "diloco": "tab:orange", "single": "tab:green",
+          "diloco-fp32": "tab:red", "diloco-e3m0": "tab:purple", "sparseloco": "tab:brown",
+          "sparseloco-2bit": "tab:pink"}
 
 
 def plot(path, curves, finals, floor, title, labels):
@@ -218,7 +243,12 @@ def summarise(name, swarm):
         rs = [e for e in nd.events() if e["event"] in ("round", "synced")]
         if rs:
             last_hash.add(rs[-1]["param_hash"])
+    # What each node's averaging sent a round (state syncs left out), and the model's size.
+    per_round = [e.get("round_bytes_sent", 0) for e in rounds if e.get("partners")]
+    params = next((e.get("params") for nd in swarm for e in nd.events("start")), None)
     return {
+        "round_bytes": sum(per_round) / len(per_round) if per_round else float("nan"),
+        "params": params,
         "nodes": len(swarm), "steps": sum(st["step"] for st in stops),
         "steps_per_node": max(st["step"] for st in stops),
         "bytes": sum(st["bytes_sent"] for st in stops),
@@ -236,7 +266,7 @@ def main():
     a = parse_args()
     configs = [c.strip() for c in a.configs.split(",") if c.strip()]
     for c in configs:
-        if c not in LABELS:
+        if c not in CONFIGS:
             raise nb.BenchError(f"--configs: unknown configuration {c!r}")
     logroot = os.path.join(a.out, "convergence")
     swarms = {}
@@ -253,9 +283,10 @@ def main():
         os.makedirs(a.out, exist_ok=True)
         for c in configs:
             if c == "single":
-                swarms[c] = run_config(a, binary, c, a.single_outer, 1, a.steps * factor, logroot)
+                swarms[c] = run_config(a, binary, c, ["--outer", a.single_outer], 1,
+                                       a.steps * factor, logroot)
             else:
-                swarms[c] = run_config(a, binary, c, c, a.nodes, a.steps, logroot)
+                swarms[c] = run_config(a, binary, c, CONFIGS[c], a.nodes, a.steps, logroot)
     rows, curves, summ = [], {}, {}
     for c, swarm in swarms.items():
         rows += event_rows(c, swarm)
@@ -268,7 +299,7 @@ def main():
           f"{os.path.join(a.out, 'convergence_curve.csv')}")
 
     # Sizes as run (with --report-only they come from the metrics, not from the options).
-    swarm_cfg = next((summ[c] for c in ("noloco", "diloco") if c in summ), None)
+    swarm_cfg = next((summ[c] for c in summ if c != "single"), None)
     n = swarm_cfg["nodes"] if swarm_cfg else a.nodes
     steps = swarm_cfg["steps_per_node"] if swarm_cfg else a.steps
     factor = summ["single"]["steps"] // max(steps, 1) if "single" in summ else n
@@ -306,9 +337,31 @@ def main():
         if at:
             print(f"(the single node at step {steps}, a swarm node's steps, with its longer "
                   f"schedule: eval {at[0]['eval_loss_mean']:.4f})")
-    if "diloco" in summ and summ["diloco"]["phis"] > 1:
-        print(f"note: the DiLoCo nodes ended with {summ['diloco']['phis']} different slow "
-              "weights (param_hash of their last round): the swarm split or diverged")
+    for c, s in summ.items():
+        if c.startswith(("diloco", "sparseloco")) and s["phis"] > 1:
+            print(f"note: the {labels[c]} nodes ended with {s['phis']} different slow weights "
+                  "(param_hash of their last round): the swarm split or diverged")
+    ref = summ.get(a.reference)
+    if ref is None:
+        return 0
+    print()
+    print(f"Bytes a node's averaging sent per round, against {labels[a.reference]} (the "
+          f"reference); final eval loss against the reference's ({ref['final_mean']:.4f})")
+    hdr = ["config", "bytes/node/round", "bytes/param/round", "ratio to reference",
+           "final eval", "gap to reference"]
+    out, last = [], []
+    for c, s in summ.items():
+        if c == "single":
+            continue
+        ratio = ref["round_bytes"] / s["round_bytes"] if s["round_bytes"] else float("nan")
+        gap = 100.0 * (s["final_mean"] / ref["final_mean"] - 1.0)
+        per_param = s["round_bytes"] / s["params"] if s["params"] else float("nan")
+        out.append([labels[c], f"{s['round_bytes']:.0f}", f"{per_param:.4f}", f"{ratio:.1f}x",
+                    f"{s['final_mean']:.4f}", f"{gap:+.2f}%"])
+        if c != a.reference:
+            last.append(f"{c} {ratio:.1f}x {gap:+.2f}%")
+    print(nb.table(out, hdr))
+    print("convergence-bytes: " + " ".join(last))
     return 0
 
 

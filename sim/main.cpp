@@ -19,9 +19,11 @@ struct Experiment {
 };
 
 const Experiment kExperiments[] = {
-    {"sync-time", "one averaging step's time against N: NoLoCo pairs, DiLoCo ring, tree (model)",
+    {"sync-time",
+     "one averaging step's time against N: NoLoCo pairs, DiLoCo ring, SparseLoCo and E3M0 "
+     "all-gathers, tree (model)",
      "--nodes 16,32,...,4096 --rtt-ms 50 --gbit 1 --loss 0.01 --params 1e8 --ring-max 4096 "
-     "--seed 1",
+     "--gather-max 256 --seed 1",
      grove::sim::run_sync_time},
     {"dht-churn", "DHT lookup success and latency with a share of the nodes replaced every period",
      "--nodes 1000 --records 100 --minutes 60 --period-min 10 --replace 0.2 --every-s 2 "
@@ -32,13 +34,13 @@ const Experiment kExperiments[] = {
      "--step-ms 100 --rtt-ms 0 (0: world model) --loss 0 --seed 1",
      grove::sim::run_spread},
     {"churn", "training while a share of the nodes leaves or crashes and as many join",
-     "--nodes 32 --inner-steps 50 --share 0.3 --minutes 30 --outer noloco|diloco "
+     "--nodes 32 --inner-steps 50 --share 0.3 --minutes 30 --outer noloco|diloco|sparseloco|e3m0 "
      "--workload quadratic|mlp --step-ms 100 --rtt-ms 0 (0: world model) --loss 0 --seed 1",
      grove::sim::run_churn},
     {"scale", "the whole swarm at growing N: join time, control-plane bytes, views, rounds",
      "--nodes 16,64,256,1024 --inner-steps 50 --join-minutes 2 --minutes 5 "
-     "--outer noloco|diloco --workload quadratic|mlp --step-ms 100 --rtt-ms 0 (0: world model) "
-     "--loss 0 --seed 1",
+     "--outer noloco|diloco|sparseloco|e3m0 --workload quadratic|mlp --step-ms 100 "
+     "--rtt-ms 0 (0: world model) --loss 0 --seed 1",
      grove::sim::run_scale},
     {"size", "a swarm at model size over slow lines: join vs its bound, rounds, deadlines fired",
      "--params 1e9,8e9 --mbit 20,100 --outer noloco|diloco --inner-min 10 --rtt-ms 50 --seed 77",

@@ -24,10 +24,13 @@ def sync_time(data, ax):
     n = [num(r["nodes"]) for r in data]
     series = [("noloco_s", "NoLoCo pair exchange (simulated)", "o-"),
               ("ring_s", "DiLoCo ring all-reduce (simulated)", "s-"),
+              ("sparseloco_s", "SparseLoCo all-gather, top-64/4096 (simulated)", "^-"),
+              ("e3m0_s", "E3M0 DiLoCo all-gather (simulated)", "v-"),
               ("tree_pipelined_s", "tree all-reduce, pipelined (α–β model)", "--"),
               ("tree_store_forward_s", "tree all-reduce, store-and-forward (α–β model)", ":")]
     for key, label, style in series:
-        ax.plot(n, [num(r[key]) for r in data], style, label=label)
+        if key in data[0]:
+            ax.plot(n, [num(r.get(key)) for r in data], style, label=label)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("nodes N")

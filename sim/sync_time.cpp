@@ -5,6 +5,11 @@
 // steps run with the real cores over sim::GossipNetwork:
 //   noloco  every node in one of N/2 pairs, all pairs at once (GroupExchange of θ)
 //   ring    one RingAllReduce of Δ over all N members (DiLoCo)
+//   sparse  one RingAllGather of each member's top-64 of every 4096 values (SparseLoCo, fp32
+//           values and u16 indices: 0.094 bytes a parameter a message), up to --gather-max
+//   e3m0    the same with each member's Δ in E3M0 4-bit (E3M0 DiLoCo: 0.52 bytes a parameter)
+// An all-gather sends (N − 1) messages a member: it beats the ring while (N − 1) × its message
+// is below 2 × the fp16 tensor, and loses to it past that.
 // The nodes carry small tensors that stand for the model: each message's time on the wire is
 // computed for its header plus its payload times params ÷ (values carried), so a 200 MB model
 // costs what it would while the simulation holds a few kB per node. A third step, the binary
@@ -21,6 +26,7 @@
 #include <cstdio>
 #include <map>
 
+#include "gossip/allgather.hpp"
 #include "gossip/allreduce.hpp"
 #include "gossip/exchange.hpp"
 #include "sim/experiments.hpp"
@@ -60,14 +66,19 @@ double flow_bytes_per_ms(const Setup& s) {
   return tcp_flow_rate(NetModel::bytes_per_ms(s.gbit * 1000), s.rtt_ms, s.loss);
 }
 
-Outcome simulate(const Setup& s, std::size_t n, bool ring) {
+enum class Step { pair, ring, sparse, e3m0 };
+
+Outcome simulate(const Setup& s, std::size_t n, Step step) {
+  const bool ring = step == Step::ring;
+  const bool gather = step == Step::sparse || step == Step::e3m0;
   const auto wall0 = std::chrono::steady_clock::now();
   GossipLinkModel link;
   link.latency = Time(static_cast<std::int64_t>(std::llround(s.rtt_ms / 2)));
   link.bytes_per_ms = NetModel::bytes_per_ms(s.gbit * 1000);
   link.loss = s.loss;
-  GossipNetwork net(s.seed + n * 2 + ring, link);
-  // Values each node carries: the ring needs a segment per member; a few per member are enough.
+  GossipNetwork net(s.seed + n * 4 + static_cast<std::size_t>(step), link);
+  // Values each node carries: the ring needs a segment per member; a few per member are enough
+  // (an all-gather: one top-k chunk, one piece).
   const std::size_t carried = ring ? std::max<std::size_t>(256, n * 8) : 4096;
   const double scale = s.params / static_cast<double>(carried);
   net.set_payload_scale(scale);
@@ -78,7 +89,7 @@ Outcome simulate(const Setup& s, std::size_t n, bool ring) {
   const Time t0 = net.now();
   net.set_on_finished([&](const NodeId& id, std::unique_ptr<gossip::Protocol> p) {
     finished[id] = std::chrono::duration<double>(net.now() - t0).count();
-    if (auto* ar = dynamic_cast<gossip::RingAllReduce*>(p.get()))
+    if (auto* ar = dynamic_cast<gossip::RingOp*>(p.get()))
       failed += ar->status() != gossip::OpStatus::done;
     if (auto* ex = dynamic_cast<gossip::GroupExchange*>(p.get())) failed += ex->completed().empty();
   });
@@ -90,7 +101,19 @@ Outcome simulate(const Setup& s, std::size_t n, bool ring) {
     return v;
   };
   const Time patient = Time(std::int64_t{1} << 40);  // the step's own length is what we measure
-  if (ring) {
+  if (gather) {
+    gossip::AllGatherOptions o;
+    o.codec.kind = step == Step::sparse ? gossip::WireCodec::topk : gossip::WireCodec::e3m0;
+    o.codec.topk = {4096, 64, false};
+    o.piece_values = 4096;
+    o.timers.chunk_timeout = patient;
+    o.timers.total_timeout = patient;
+    o.timers.linger = patient;
+    o.timers.heartbeat = Time(5000);
+    for (std::size_t i = 0; i < n; ++i)
+      net.attach(ids[i],
+                 gossip::RingAllGather::create(op_id(3, n), ids[i], ids, tensor(), o, t0).value());
+  } else if (ring) {
     gossip::AllReduceOptions o;
     o.chunk_values = 256;
     o.chunk_timeout = patient;
@@ -98,8 +121,8 @@ Outcome simulate(const Setup& s, std::size_t n, bool ring) {
     o.linger = patient;
     o.heartbeat = Time(5000);
     for (std::size_t i = 0; i < n; ++i)
-      net.attach(ids[i], gossip::RingAllReduce::create(op_id(1, n), ids[i], ids, tensor(),
-                                                                 o, t0).value());
+      net.attach(ids[i],
+                 gossip::RingAllReduce::create(op_id(1, n), ids[i], ids, tensor(), o, t0).value());
   } else {
     gossip::ExchangeOptions o;
     o.chunk_values = 256;
@@ -110,12 +133,13 @@ Outcome simulate(const Setup& s, std::size_t n, bool ring) {
     for (std::size_t i = 0; i + 1 < n; i += 2) {
       const std::vector<NodeId> pair{ids[i], ids[i + 1]};
       for (std::size_t k = 0; k < 2; ++k)
-        net.attach(pair[k], gossip::GroupExchange::create(
-                                op_id(2, i), pair[k], pair,
-                                std::vector<std::vector<float>>{tensor()}, o, t0).value());
+        net.attach(pair[k],
+                   gossip::GroupExchange::create(op_id(2, i), pair[k], pair,
+                                                 std::vector<std::vector<float>>{tensor()}, o, t0)
+                       .value());
     }
   }
-  const std::size_t expect = ring ? n : n - n % 2;
+  const std::size_t expect = ring || gather ? n : n - n % 2;
   net.run_until([&] { return finished.size() >= expect; }, Time(std::int64_t{1} << 40));
   Outcome out;
   out.done = finished.size();
@@ -146,7 +170,8 @@ int run_sync_time(const Args& a, const std::string& out) {
   s.params = a.num("params", 100e6);
   s.seed = a.count("seed", 1);
   const auto ns = a.list("nodes", {16, 32, 64, 128, 256, 512, 1024, 2048, 4096});
-  const double ring_max = a.num("ring-max", 4096);  // larger rings: α–β figure only
+  const double ring_max = a.num("ring-max", 4096);     // larger rings: α–β figure only
+  const double gather_max = a.num("gather-max", 256);  // (N² messages: simulated up to here)
   if (s.rtt_ms <= 0 || s.gbit <= 0 || s.loss < 0 || s.loss >= 1 || s.params < 1)
     throw std::invalid_argument("sync-time: need rtt-ms > 0, gbit > 0, 0 <= loss < 1, params >= 1");
   for (double n : ns)
@@ -164,9 +189,11 @@ int run_sync_time(const Args& a, const std::string& out) {
   Csv csv(out + "/sync_time.csv",
           {"nodes", "noloco_s", "noloco_mean_s", "ring_s", "ring_mean_s", "noloco_model_s",
            "ring_model_s", "tree_pipelined_s", "tree_store_forward_s", "noloco_mb_per_node",
-           "ring_mb_per_node", "ring_failed", "noloco_failed", "sim_wall_s"});
-  std::printf("%6s %12s %12s %12s %12s %14s %10s %10s\n", "N", "noloco (s)", "ring (s)",
-              "ring/noloco", "tree-pipe (s)", "tree-s&f (s)", "tree/nolo", "wall (s)");
+           "ring_mb_per_node", "ring_failed", "noloco_failed", "sparseloco_s",
+           "sparseloco_mb_per_node", "e3m0_s", "e3m0_mb_per_node", "gather_failed", "sim_wall_s"});
+  std::printf("%6s %12s %12s %12s %12s %14s %10s %14s %10s %10s\n", "N", "noloco (s)", "ring (s)",
+              "ring/noloco", "tree-pipe (s)", "tree-s&f (s)", "tree/nolo", "sparseloco (s)",
+              "e3m0 (s)", "wall (s)");
   for (double nd : ns) {
     const auto n = static_cast<std::size_t>(nd);
     const double logn = std::ceil(std::log2(nd));
@@ -174,17 +201,24 @@ int run_sync_time(const Args& a, const std::string& out) {
     const double ring_model = 2 * (nd - 1) * (alpha + S / (nd * B));
     const double tree_pipe = 2 * (logn * (alpha + c / B) + 2 * S / B);
     const double tree_sf = 2 * logn * (alpha + 2 * S / B);
-    const Outcome pair = simulate(s, n, false);
-    Outcome ring;
-    if (nd <= ring_max) ring = simulate(s, n, true);
-    std::printf("%6zu %12.1f %12.1f %12.2f %12.1f %14.1f %10.1f %10.1f\n", n, pair.max_s,
-                ring.max_s, ring.max_s / pair.max_s, tree_pipe, tree_sf, tree_sf / pair.max_s,
-                pair.wall_s + ring.wall_s);
+    const Outcome pair = simulate(s, n, Step::pair);
+    Outcome ring, sparse, e3m0;
+    if (nd <= ring_max) ring = simulate(s, n, Step::ring);
+    if (nd <= gather_max) {
+      sparse = simulate(s, n, Step::sparse);
+      e3m0 = simulate(s, n, Step::e3m0);
+    }
+    const double wall = pair.wall_s + ring.wall_s + sparse.wall_s + e3m0.wall_s;
+    std::printf("%6zu %12.1f %12.1f %12.2f %12.1f %14.1f %10.1f %14.1f %10.1f %10.1f\n", n,
+                pair.max_s, ring.max_s, ring.max_s / pair.max_s, tree_pipe, tree_sf,
+                tree_sf / pair.max_s, sparse.max_s, e3m0.max_s, wall);
     std::fflush(stdout);
     csv.row({std::to_string(n), fmt(pair.max_s), fmt(pair.mean_s), fmt(ring.max_s),
              fmt(ring.mean_s), fmt(pair_model), fmt(ring_model), fmt(tree_pipe), fmt(tree_sf),
              fmt(pair.wire_mb_per_node), fmt(ring.wire_mb_per_node), std::to_string(ring.failed),
-             std::to_string(pair.failed), fmt(pair.wall_s + ring.wall_s, 3)});
+             std::to_string(pair.failed), fmt(sparse.max_s), fmt(sparse.wire_mb_per_node),
+             fmt(e3m0.max_s), fmt(e3m0.wire_mb_per_node),
+             std::to_string(sparse.failed + e3m0.failed), fmt(wall, 3)});
   }
   std::printf("csv: %s\n", csv.path().c_str());
   plot("sync-time", csv.path(), out + "/sync_time.png");

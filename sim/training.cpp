@@ -22,6 +22,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <set>
 #include <stdexcept>
 
@@ -67,8 +68,41 @@ std::shared_ptr<Workload> workload(const Setup& s, std::uint32_t h) {
   return make_quadratic(s.seed, o);
 }
 
-SwarmOptions swarm_options(const Setup& s, OuterMode mode, std::shared_ptr<Workload> w) {
-  SwarmOptions o = fast_options(mode);
+// An --outer choice: the mode, and DiLoCo-mode rounds' compressed messages (with SparseLoCo's
+// own outer step: lr 1.0, no momentum).
+struct Outer {
+  OuterMode mode = OuterMode::noloco;
+  std::optional<gossip::CompressedRounds> compressed;
+  bool sparseloco = false;
+};
+
+Outer parse_outer(const std::string& s) {
+  Outer o;
+  if (s == "noloco") return o;
+  o.mode = OuterMode::diloco;
+  if (s == "diloco") return o;
+  gossip::CompressedRounds c;
+  if (s == "sparseloco") {
+    c.codec.kind = gossip::WireCodec::topk;
+    c.codec.topk = {4096, 64, false};
+    c.decay = 0.95f;
+    o.sparseloco = true;
+  } else if (s == "e3m0") {
+    c.codec.kind = gossip::WireCodec::e3m0;
+  } else {
+    throw std::invalid_argument("--outer: noloco, diloco, sparseloco or e3m0");
+  }
+  o.compressed = c;
+  return o;
+}
+
+SwarmOptions swarm_options(const Setup& s, const Outer& outer, std::shared_ptr<Workload> w) {
+  SwarmOptions o = fast_options(outer.mode);
+  o.round.compressed = outer.compressed;
+  if (outer.sparseloco) {
+    o.round.diloco.lr = 1.0f;
+    o.round.diloco.momentum = 0.0f;
+  }
   o.workload = std::move(w);
   o.net = s.rtt_ms > 0 ? NetModel::uniform(s.rtt_ms, 1000, s.loss) : NetModel::world();
   // Membership at grove-node's own cadence: large swarms would otherwise spend the simulation
@@ -180,7 +214,9 @@ int run_spread(const Args& a, const std::string& out) {
         const auto h = static_cast<std::uint32_t>(hd);
         const auto n = static_cast<std::size_t>(nd);
         const auto wall0 = std::chrono::steady_clock::now();
-        Swarm s(st.seed * 1000 + n, swarm_options(st, mode, workload(st, h)));
+        Outer outer;
+        outer.mode = mode;
+        Swarm s(st.seed * 1000 + n, swarm_options(st, outer, workload(st, h)));
         std::mt19937_64 rng(st.seed + n);
         const Time t0 = s.now();
         const Snapshot r = train(s, n, st, h, steps, rng);
@@ -219,19 +255,17 @@ int run_churn(const Args& a, const std::string& out) {
     throw std::invalid_argument(
         "churn: need nodes >= 4, inner-steps >= 1, 0 <= share <= 1, "
         "minutes >= 1");
-  const OuterMode mode = mode_s == "diloco" ? OuterMode::diloco : OuterMode::noloco;
-  if (mode_s != "diloco" && mode_s != "noloco")
-    throw std::invalid_argument("--outer: noloco or diloco");
+  const Outer outer = parse_outer(mode_s);
   std::printf(
       "churn: %zu nodes %s, H = %u, %.0f%% of them leave and as many join between 20%% "
       "and 80%% of %.0f min\n",
       n, mode_s.c_str(), h, 100 * share, minutes);
-  const std::string name = mode == OuterMode::diloco ? "churn_diloco" : "churn";
+  const std::string name = mode_s == "noloco" ? "churn" : "churn_" + mode_s;
   Csv csv(out + "/" + name + ".csv", {"series", "minute", "live", "left", "crashed", "joined",
                                       "mean_loss", "loss_at_mean", "spread", "round_max"});
   for (const bool churn : {false, true}) {
     const auto wall0 = std::chrono::steady_clock::now();
-    Swarm s(st.seed, swarm_options(st, mode, workload(st, h)));
+    Swarm s(st.seed, swarm_options(st, outer, workload(st, h)));
     std::mt19937_64 rng(st.seed * 3 + 1);
     s.bootstrap(node_spec(st, h, rng));
     for (std::size_t i = 1; i < n; ++i) s.join(i - 1, node_spec(st, h, rng));
@@ -375,9 +409,7 @@ int run_scale(const Args& a, const std::string& out) {
   const double join_minutes = a.num("join-minutes", 2);
   const double minutes = a.num("minutes", 5);
   const std::string mode_s = a.str("outer", "noloco");
-  if (mode_s != "diloco" && mode_s != "noloco")
-    throw std::invalid_argument("--outer: noloco or diloco");
-  const OuterMode mode = mode_s == "diloco" ? OuterMode::diloco : OuterMode::noloco;
+  const Outer outer = parse_outer(mode_s);
   for (double n : ns)
     if (n < 2 || n != std::floor(n) || n > 4096)
       throw std::invalid_argument("--nodes: whole numbers in 2..4096");
@@ -386,7 +418,7 @@ int run_scale(const Args& a, const std::string& out) {
   std::printf(
       "scale: %s, H = %u, nodes join over %.1f min then train %.1f min, %s links, quadratic\n",
       mode_s.c_str(), h, join_minutes, minutes, st.rtt_ms > 0 ? "uniform" : "world-model");
-  const std::string name = mode == OuterMode::diloco ? "scale_diloco" : "scale";
+  const std::string name = mode_s == "noloco" ? "scale" : "scale_" + mode_s;
   Csv csv(out + "/" + name + ".csv",
           {"series", "nodes", "with_state", "join_p50_s", "join_p95_s", "dht_kBps_mean",
            "dht_kBps_p95", "dht_kBps_max", "view_complete", "rounds_per_min", "averaged_share",
@@ -397,7 +429,7 @@ int run_scale(const Args& a, const std::string& out) {
   for (double nd : ns) {
     const auto n = static_cast<std::size_t>(nd);
     const auto wall0 = std::chrono::steady_clock::now();
-    Swarm s(st.seed * 1000 + n, swarm_options(st, mode, workload(st, h)));
+    Swarm s(st.seed * 1000 + n, swarm_options(st, outer, workload(st, h)));
     std::mt19937_64 rng(st.seed + 7 * n);
     std::vector<Time> asked(n, Time(-1));
     std::vector<double> join_s;
