@@ -126,16 +126,27 @@ void RoundEngine::submit(optim::Floats theta, Time now) {
   // NoLoCo's m and DiLoCo's b are different quantities (and signs): restart from zero.
   if (switched) std::fill(state_.momentum.begin(), state_.momentum.end(), 0.0f);
   // DiLoCo: ‖Δ‖ goes into our ready records; the group leaves out a member far above the others
-  // and bounds its mean by the members' norms (gossip/matchmaking.hpp). One read of θ and φ.
-  // Compressed rounds declare ‖e‖, e = decay·e + Δ: the error buffer that their message is cut
-  // from (its decoding is no larger, up to the codec's rounding).
+  // and bounds its mean by the members' norms (gossip/matchmaking.hpp). Compressed rounds
+  // declare ‖e‖, e = decay·e + Δ: the error buffer that their message is cut from (its decoding
+  // is no larger, up to the codec's rounding). Either reads θ and φ whole (and writes e): seconds
+  // for a large model, a job for the driver, off the strand.
   error_has_delta_ = round_mode_ == OuterMode::diloco && !entering_diloco_ && opts_.compressed;
-  delta_norm_ = error_has_delta_
-                    ? accumulate_error(state_.phi, theta_, state_.error, opts_.compressed->decay,
-                                       1.0f, opts_.floats, opts_.threads)
-                : round_mode_ == OuterMode::diloco && !entering_diloco_
-                    ? pseudo_gradient_norm(state_.phi, theta_, opts_.threads)
-                    : std::numeric_limits<double>::quiet_NaN();
+  delta_norm_ = std::numeric_limits<double>::quiet_NaN();
+  if (round_mode_ == OuterMode::diloco && !entering_diloco_) {
+    auto w = std::make_shared<StepWork>();
+    w->kind = StepWork::Kind::prepare;
+    lend_state(*w);
+    w->theta = std::move(theta_);
+    theta_.clear();
+    if (error_has_delta_) w->compressed = opts_.compressed;
+    w->alloc = opts_.floats;
+    w->threads = opts_.threads;
+    return hand_over(std::move(w));
+  }
+  ready(now);
+}
+
+void RoundEngine::ready(Time now) {
   if (auto rep = judge_.take_repair()) {
     if (round_mode_ == OuterMode::diloco) {
       // This phase was trained from slow weights that are not the group's: drop it and take
@@ -575,13 +586,20 @@ void RoundEngine::finish_round(RoundReport r, std::shared_ptr<StepWork> w,
 void RoundEngine::hand_over(std::shared_ptr<StepWork> w) {
   phase_ = Phase::stepping;
   step_ = w;
-  step_jobs_.push_back({++step_seq_, [w] { w->run(); }});
+  step_jobs_.push_back({++step_seq_, [w] { w->run(); }, w->kind == StepWork::Kind::prepare});
 }
 
 void RoundEngine::on_step_done(std::uint64_t seq, Time now) {
   if (phase_ != Phase::stepping || seq != step_seq_ || !step_) return;
   const auto w = std::exchange(step_, nullptr);
   if (w->kind == StepWork::Kind::parse || w->kind == StepWork::Kind::replay) return synced(w, now);
+  if (w->kind == StepWork::Kind::prepare) {
+    state_ = std::move(w->state);
+    ++state_gen_;
+    theta_ = std::move(w->theta);
+    delta_norm_ = w->norm;
+    return ready(now);
+  }
   if (w->kind == StepWork::Kind::save) {
     state_ = std::move(w->state);
     ++state_gen_;
@@ -677,7 +695,9 @@ void RoundEngine::request_mode(OuterMode mode, std::optional<std::uint64_t> from
                                std::function<void(transport::Result<std::uint64_t>)> done) {
   // From the highest round any live member has reached (a node that just joined may still be
   // behind), plus the lead that lets every member see the record before that round.
-  std::uint64_t highest = state_.round + (phase_ == Phase::stepping && !syncing() ? 1 : 0);
+  std::uint64_t highest =
+      state_.round +
+      (phase_ == Phase::stepping && !syncing() && step_->kind != StepWork::Kind::prepare ? 1 : 0);
   for (const auto& m : members_.live(now)) highest = std::max(highest, progress_of(m).round);
   const std::uint64_t first = highest + opts_.mode_lead;
   const std::uint64_t r = from_round.value_or(first);

@@ -181,7 +181,8 @@ class RoundEngine {
   bool averaging() const { return phase_ == Phase::running; }
   /// The round's outer step is with the driver (a StepJob): state() holds the round only (φ and
   /// the momentum are with the job), state_blob() the state before the step. (Also while a
-  /// downloaded state is parsed: syncing() then, and state() is the one before.)
+  /// downloaded state is parsed: syncing() then, and state() is the one before; and while a
+  /// DiLoCo member measures its pseudo-gradient before it declares itself ready.)
   bool stepping() const { return phase_ == Phase::stepping; }
   /// Downloading a state, or parsing the one downloaded (a StepJob).
   bool syncing() const {
@@ -258,6 +259,9 @@ class RoundEngine {
   struct StepJob {
     std::uint64_t seq = 0;
     std::function<void()> run;
+    /// One read of φ and θ before a DiLoCo round (StepWork::Kind::prepare), not a step: a
+    /// fraction of a step's time.
+    bool prepare = false;
   };
   std::vector<StepJob> take_step_jobs() { return std::exchange(step_jobs_, {}); }
   void on_step_done(std::uint64_t seq, Time now);
@@ -288,6 +292,8 @@ class RoundEngine {
   void on_match(MatchResult m, Time now);
   /// Declares us ready for our round in the next window (a new round, or waiting for the group).
   void declare_ready(Time now);
+  /// submit()'s second half, once the pseudo-gradient's norm is known (a prepare job): matching.
+  void ready(Time now);
   /// The other live members in our view, less those seen leaving.
   using Others = OthersView;
   Others others(Time now) const {

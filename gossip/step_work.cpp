@@ -125,6 +125,12 @@ void StepWork::run() {
     return std::span(v).first(len);
   };
   switch (kind) {
+    case Kind::prepare:
+      norm = compressed ? accumulate_error(phi, theta, state.error, compressed->decay, 1.0f, alloc,
+                                           threads)
+                        : pseudo_gradient_norm(phi, theta, threads);
+      blob = nullptr;
+      return;  // (no step, no hash, no snapshot)
     case Kind::none:
       break;
     case Kind::save:

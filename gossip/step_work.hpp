@@ -70,6 +70,9 @@ struct StepWork {
     parse,        ///< a downloaded state: `blob` parsed into `state` (no step)
     replay,       ///< downloaded deltas applied to `state` (gossip/state_delta.hpp)
     save,         ///< no step: the state's snapshot only (`hash` is φ's, given)
+    /// before a DiLoCo round (no step): `norm` = ‖φ − θ‖, or, with `compressed`, the error
+    /// buffer's accumulation e = decay·e + (φ − θ) and `norm` = ‖e‖; nothing else is made
+    prepare,
   } kind = Kind::none;
   optim::OuterState state;  ///< in: φ, momentum, the round after the step; out: the new state
   OuterMode mode = OuterMode::noloco;
@@ -113,7 +116,8 @@ struct StepWork {
   /// Where the new state's binary form goes (`blob`); nullptr: none is made (the engine serves
   /// no snapshots).
   std::shared_ptr<BlobStore> store;
-  Digest hash{};  ///< out: of the new φ
+  Digest hash{};    ///< out: of the new φ
+  double norm = 0;  ///< prepare (out)
   void run();
 };
 

@@ -310,7 +310,7 @@ bool Swarm::drain(std::size_t i) {
   }
   for (auto& job : n.engine->take_step_jobs()) {
     any = true;
-    if (n.spec.step_time > Time(0)) {  // ends after step_time (virtual)
+    if (n.spec.step_time > Time(0) && !job.prepare) {  // ends after step_time (virtual)
       steps_.push({now_ + n.spec.step_time, seq_++, i, std::move(job)});
       continue;
     }

@@ -75,7 +75,8 @@ struct NodeSpec {
   bool overlap = false;
   /// The outer step's duration (the engine's StepJob: a large model's step, hash and
   /// serialisation take seconds, off the DHT's thread). The node's DHT goes on answering
-  /// meanwhile; zero runs it at once.
+  /// meanwhile; zero runs it at once. (A DiLoCo round's prepare job, one read of φ and θ, runs
+  /// at once.)
   Time step_time{0};
   /// Called with θ after each inner phase (its 0-based number): tests make a phase diverge.
   std::function<void(std::size_t phase, std::span<float> theta)> after_inner{};
