@@ -88,6 +88,9 @@ CONFIGS = {
     "diloco-e3m0": ["--outer", "diloco", "--codec", "e3m0"],
     "sparseloco": ["--outer", "sparseloco"],
     "sparseloco-2bit": ["--outer", "sparseloco", "--topk-bits", "2"],
+    # SparseLoCo's messages with DiLoCo's Nesterov step (μ 0.9, lr 0.7) on their mean.
+    "sparseloco-nesterov": ["--outer", "sparseloco", "--outer-lr", "0.7", "--outer-momentum",
+                            "0.9"],
     "single": None,  # --single-outer
 }
 
@@ -175,10 +178,11 @@ def write_csv(path, rows):
 LABELS = {"noloco": "{n} nodes NoLoCo", "diloco": "{n} nodes DiLoCo",
           "diloco-fp32": "{n} nodes DiLoCo fp32", "diloco-e3m0": "{n} nodes DiLoCo E3M0",
           "sparseloco": "{n} nodes SparseLoCo", "sparseloco-2bit": "{n} nodes SparseLoCo 2-bit",
+          "sparseloco-nesterov": "{n} nodes SparseLoCo + Nesterov",
           "single": "1 node, {f}x steps"}
 COLORS = {"noloco": "tab:blue", "diloco": "tab:orange", "single": "tab:green",
           "diloco-fp32": "tab:red", "diloco-e3m0": "tab:purple", "sparseloco": "tab:brown",
-          "sparseloco-2bit": "tab:pink"}
+          "sparseloco-2bit": "tab:pink", "sparseloco-nesterov": "tab:olive"}
 
 
 def plot(path, curves, finals, floor, title, labels):
