@@ -89,13 +89,32 @@ void RingAllGather::alone(Time) {
     const std::size_t lo = p * opts_.piece_values, len = piece_len(p);
     bytes.resize(opts_.codec.encoded_size(len));
     const auto out = std::span<float>(result_).subspan(lo, len);
-    if (opts_.codec.encode(std::span<const float>(input_).subspan(lo, len), bytes, scratch_) !=
-            CodecError::ok ||
+    if (opts_.codec.encode(own(p), bytes, scratch_) != CodecError::ok ||
         opts_.codec.decode(bytes, out) != CodecError::ok)
       fail("local input is not finite");
     input_.release(lo, lo + len);
     result_.release(lo, lo + len);
   }
+}
+
+std::span<const float> RingAllGather::own(std::size_t p) {
+  const std::size_t lo = p * opts_.piece_values, len = piece_len(p);
+  const auto piece = std::span<float>(input_).subspan(lo, len);
+  for (; scaled_ <= p; ++scaled_) {
+    if (opts_.scale == 1.0f) continue;
+    const auto q =
+        std::span<float>(input_).subspan(scaled_ * opts_.piece_values, piece_len(scaled_));
+    for (float& v : q) v *= opts_.scale;
+  }
+  return piece;
+}
+
+optim::Floats RingAllGather::take_input() {
+  if (opts_.scale != 1.0f && pieces() > 0) {
+    own(pieces() - 1);  // the pieces never read: scaled too
+    input_.release();
+  }
+  return std::move(input_);
 }
 
 void RingAllGather::start_data(Time now) {
@@ -119,8 +138,7 @@ void RingAllGather::fill_own(Time now) {
     h.count = len;
     std::span<std::uint8_t> payload;
     Bytes msg = encode_message(h, opts_.codec.encoded_size(len), &payload);
-    const auto r =
-        opts_.codec.encode(std::span<const float>(input_).subspan(lo, len), payload, scratch_);
+    const auto r = opts_.codec.encode(own(p), payload, scratch_);
     input_.release(lo, lo + len);
     if (r != CodecError::ok) return fail("local input is not finite");
     std::vector<std::uint8_t> own(payload.begin(), payload.end());

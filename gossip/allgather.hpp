@@ -58,6 +58,9 @@ struct AllGatherOptions {
   RingTimers timers;
   /// Own pieces encoded ahead of the link to the successor.
   std::size_t window = 32;
+  /// This member's tensor is multiplied by this (in place, a piece at a time as it is read:
+  /// never a pass over the whole tensor at once) before it is encoded.
+  float scale = 1.0f;
   /// Where the result goes when no buffer of the right size is passed in (none: the heap).
   optim::FloatAllocator alloc;
 };
@@ -77,8 +80,8 @@ class RingAllGather final : public RingOp {
   /// The mean of the members' decoded tensors (valid when done).
   const optim::Floats& result() const { return result_; }
   optim::Floats take_result() { return std::move(result_); }
-  /// The input back (the caller's error buffer, for its feedback).
-  optim::Floats take_input() { return std::move(input_); }
+  /// The input back (the caller's error buffer, for its feedback), times options().scale.
+  optim::Floats take_input();
   const AllGatherOptions& options() const { return opts_; }
   /// The most piece bytes held at once, waiting for other members' pieces (tests, metrics).
   std::size_t peak_held_bytes() const { return peak_held_; }
@@ -96,6 +99,8 @@ class RingAllGather final : public RingOp {
   void on_data(const NodeId& from, const Message& m, Time now) override;
   void on_succ_delivered(Time now) override { fill_own(now); }
   void fill_own(Time now);
+  /// This member's piece p, scaled (options().scale) the first time it is read.
+  std::span<const float> own(std::size_t p);
   /// Keeps member `origin`'s bytes of piece p; sums the piece once every member's are in.
   void hold(std::size_t p, std::size_t origin, std::vector<std::uint8_t> bytes, Time now);
 
@@ -112,6 +117,7 @@ class RingAllGather final : public RingOp {
   std::vector<bool> summed_;
   std::size_t summed_count_ = 0;
   std::size_t next_own_ = 0;
+  std::size_t scaled_ = 0;  // own pieces scaled so far (in order; an attempt again reads them)
   std::size_t held_bytes_ = 0, peak_held_ = 0;
   std::vector<float> scratch_, decoded_;
 };

@@ -59,6 +59,23 @@ struct CompressedRounds {
   GatherCodec codec;
   float decay = 1.0f;
   std::size_t piece_values = std::size_t{1} << 18;  ///< the all-gather's pieces (feedback's too)
+
+  /// SparseLoCo's messages (defaults as Grove's: the top 64 of each 4096 values, fp32 values,
+  /// error decay 0.95); its outer step (lr 1.0, no momentum) is the caller's DiLoCoConfig.
+  static CompressedRounds sparseloco(std::uint32_t chunk = 4096, std::uint32_t k = 64,
+                                     bool two_bit = false, float decay = 0.95f) {
+    CompressedRounds c;
+    c.codec.kind = WireCodec::topk;
+    c.codec.topk = {chunk, k, two_bit};
+    c.decay = decay;
+    return c;
+  }
+  /// E3M0 DiLoCo: 4-bit messages with plain error feedback.
+  static CompressedRounds e3m0() {
+    CompressedRounds c;
+    c.codec.kind = WireCodec::e3m0;
+    return c;
+  }
 };
 
 struct StepWork {

@@ -57,18 +57,10 @@ gossip::RoundOptions round_options(const RunConfig& c, const CliOptions& cli, st
   // The all-reduce sums partial results: a 4-bit code cannot carry them (compressed rounds
   // all-gather each member's message instead; the all-reduce is left for rounds that average φ).
   o.allreduce.codec = codec == gossip::WireCodec::e3m0 ? gossip::WireCodec::fp16 : codec;
-  if (c.compressed_rounds()) {
-    gossip::CompressedRounds k;
-    if (c.sparseloco) {
-      k.codec.kind = gossip::WireCodec::topk;
-      k.codec.topk = {c.topk_chunk, c.topk, c.topk_bits == 2};
-      k.decay = c.error_decay;
-    } else {
-      k.codec.kind = gossip::WireCodec::e3m0;  // plain error feedback
-      k.decay = 1.0f;
-    }
-    o.compressed = k;
-  }
+  if (c.compressed_rounds())
+    o.compressed = c.sparseloco ? gossip::CompressedRounds::sparseloco(
+                                      c.topk_chunk, c.topk, c.topk_bits == 2, c.error_decay)
+                                : gossip::CompressedRounds::e3m0();
   o.threads = cli.threads;
   // The window and its margins scale together: a record must be out a quarter window before the
   // close, and the read waits a little for records to spread.

@@ -81,18 +81,14 @@ Outer parse_outer(const std::string& s) {
   if (s == "noloco") return o;
   o.mode = OuterMode::diloco;
   if (s == "diloco") return o;
-  gossip::CompressedRounds c;
   if (s == "sparseloco") {
-    c.codec.kind = gossip::WireCodec::topk;
-    c.codec.topk = {4096, 64, false};
-    c.decay = 0.95f;
+    o.compressed = gossip::CompressedRounds::sparseloco();
     o.sparseloco = true;
   } else if (s == "e3m0") {
-    c.codec.kind = gossip::WireCodec::e3m0;
+    o.compressed = gossip::CompressedRounds::e3m0();
   } else {
     throw std::invalid_argument("--outer: noloco, diloco, sparseloco or e3m0");
   }
-  o.compressed = c;
   return o;
 }
 

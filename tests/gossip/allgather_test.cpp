@@ -123,6 +123,45 @@ TEST(RingAllGather, EachMemberSendsItsMessageToEveryOtherOnce) {
   }
 }
 
+TEST(RingAllGather, HoldsAFewPiecesAtATimeNotEveryMessage) {
+  const std::size_t N = 4, n = 512 * 256;
+  auto o = options(2);
+  o.piece_values = 2048;  // 64 pieces
+  Swarm s(75, N, n, o);
+  s.start();
+  ASSERT_TRUE(s.net.run_until([&] { return s.all_finished(); }, 60s));
+  const std::size_t piece = o.codec.encoded_size(o.piece_values);
+  for (std::size_t i = 0; i < N; ++i) {
+    ASSERT_EQ(s.at(i)->status(), OpStatus::done) << s.at(i)->failure();
+    const std::size_t peak = s.at(i)->peak_held_bytes();
+    EXPECT_GT(peak, 0u);
+    // Every member's pieces in flight (the window, plus those passed on) — not all N messages.
+    EXPECT_LE(peak, (o.window + N) * N * piece) << "member " << i;
+    EXPECT_LT(peak, N * o.codec.encoded_size(n) / 4) << "member " << i;
+  }
+}
+
+TEST(RingAllGather, ScalesItsInputAPieceAtATime) {
+  for (int c : {0, 2}) {
+    auto o = options(c);
+    o.scale = 0.25f;  // a power of two: the scaled values are exact
+    const std::size_t n = 1024 * 3 + 100;
+    Swarm s(80 + c, 3, n, o);
+    const auto given = s.inputs;
+    s.start();
+    ASSERT_TRUE(s.net.run_until([&] { return s.all_finished(); }, 60s));
+    for (auto& in : s.inputs)
+      for (float& x : in) x *= 0.25f;  // what each member's message is cut from
+    const auto want = s.expected(s.ids);
+    for (std::size_t i = 0; i < s.ids.size(); ++i) {
+      ASSERT_EQ(s.at(i)->status(), OpStatus::done) << s.at(i)->failure();
+      EXPECT_EQ(vec(s.at(i)->result()), want) << "codec " << c << " member " << i;
+      EXPECT_EQ(vec(s.at(i)->take_input()), s.inputs[i]) << "codec " << c << " member " << i;
+    }
+    EXPECT_NE(given[0], s.inputs[0]);
+  }
+}
+
 TEST(RingAllGather, SurvivorsAreBitIdenticalWhenAMemberDiesAtAnyByte) {
   const std::size_t N = 6, n = 1024 * 6 + 100;
   std::mt19937_64 rng(77);

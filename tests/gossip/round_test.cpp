@@ -26,7 +26,9 @@ using ms = std::chrono::milliseconds;
 
 using sim::fast_options;
 using testing::expect_identical_per_round;
+using testing::expect_only_outlier_clipped;
 using testing::grow;
+using testing::join_outsized_member;
 
 double rms(std::span<const float> a, std::span<const float> b) {
   double s = 0;
@@ -117,30 +119,9 @@ TEST(RoundEngine, DiLoCoMembersEndEveryRoundBitIdentical) {
 TEST(RoundEngine, DiLoCoMemberWithAnOutsizedPseudoGradientIsClipped) {
   Swarm s(13, fast_options(OuterMode::diloco));
   grow(s, 4, {ms(3000), {}});
-  sim::NodeSpec bad{ms(3000), {}};
-  bad.after_inner = [](std::size_t phase, std::span<float> theta) {
-    if (phase >= 1)
-      for (auto& v : theta) v += 1000.0f;
-  };
-  const std::size_t outlier = s.join(0, bad);
+  const std::size_t outlier = join_outsized_member(s);
   s.run_for(ms(120'000));
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    EXPECT_GE(s.rounds(i), 12u) << "node " << i;
-    float most = 0;
-    for (const float v : s.engine(i).state().phi.to_vector()) most = std::max(most, std::abs(v));
-    EXPECT_LT(most, 10.0f) << "node " << i;
-    std::size_t clipped = 0;
-    for (const auto& r : s.reports(i)) {
-      EXPECT_EQ(r.note.find("not taken"), std::string::npos) << r.note;
-      clipped += r.kind == RoundReport::Kind::round &&
-                 r.note.find("pseudo-gradient scaled down") != std::string::npos;
-    }
-    if (i == outlier) {
-      EXPECT_GE(clipped, 10u);
-    } else {
-      EXPECT_EQ(clipped, 0u) << "node " << i;
-    }
-  }
+  expect_only_outlier_clipped(s, outlier, 12, 10.0f, 10);
   expect_identical_per_round(s, 12);
 }
 

@@ -3,7 +3,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <map>
+#include <span>
 
 #include "gossip/round.hpp"
 #include "sim/swarm.hpp"
@@ -45,6 +48,40 @@ inline void expect_identical_per_round(Swarm& s, std::size_t min_rounds_checked)
     if (s.alive(i)) {
       EXPECT_EQ(s.engine(i).mismatches(), 0u) << "node " << i;
     }
+}
+
+// A member whose θ lands 1000 away from φ every inner phase from its second on (a fault, or an
+// attack by a member running this code), joined to `s` through node 0; returns its index.
+inline std::size_t join_outsized_member(Swarm& s) {
+  sim::NodeSpec bad{ms(3000), {}};
+  bad.after_inner = [](std::size_t phase, std::span<float> theta) {
+    if (phase >= 1)
+      for (auto& v : theta) v += 1000.0f;
+  };
+  return s.join(0, bad);
+}
+
+// Every member ended at least `rounds` rounds with every value of φ within ±`bound` and no step
+// refused; only `outlier`'s pseudo-gradient was scaled down, at least `clipped` times.
+inline void expect_only_outlier_clipped(Swarm& s, std::size_t outlier, std::size_t rounds,
+                                        float bound, std::size_t clipped) {
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    EXPECT_GE(s.rounds(i), rounds) << "node " << i;
+    float most = 0;
+    for (const float v : s.engine(i).state().phi.to_vector()) most = std::max(most, std::abs(v));
+    EXPECT_LT(most, bound) << "node " << i;
+    std::size_t n = 0;
+    for (const auto& r : s.reports(i)) {
+      EXPECT_EQ(r.note.find("not taken"), std::string::npos) << r.note;
+      n += r.kind == RoundReport::Kind::round &&
+           r.note.find("pseudo-gradient scaled down") != std::string::npos;
+    }
+    if (i == outlier) {
+      EXPECT_GE(n, clipped);
+    } else {
+      EXPECT_EQ(n, 0u) << "node " << i;
+    }
+  }
 }
 
 }  // namespace grove::gossip::testing
