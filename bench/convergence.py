@@ -62,6 +62,8 @@ def parse_args():
     ap.add_argument("--model-size", default="tiny", help="gpt preset (tiny, small, base)")
     ap.add_argument("--workload", default="gpt", help="gpt or mlp")
     ap.add_argument("--inner-steps", type=int, default=50, help="H, inner steps per round")
+    ap.add_argument("--fragments", type=int, default=5,
+                    help="F of the *-fragments configurations (dividing --inner-steps)")
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--seq-len", type=int, default=128)
     ap.add_argument("--lr", default="0.001")
@@ -91,8 +93,15 @@ CONFIGS = {
     # SparseLoCo's messages with DiLoCo's Nesterov step (μ 0.9, lr 0.7) on their mean.
     "sparseloco-nesterov": ["--outer", "sparseloco", "--outer-lr", "0.7", "--outer-momentum",
                             "0.9"],
+    # Streaming fragments (--fragments F of this script): a round every H/F steps syncs 1/F.
+    "diloco-fragments": ["--outer", "diloco", "--fragments", "{F}"],
+    "sparseloco-fragments": ["--outer", "sparseloco", "--fragments", "{F}"],
     "single": None,  # --single-outer
 }
+
+
+def outer_args(a, name):
+    return [str(a.fragments) if x == "{F}" else x for x in CONFIGS[name]]
 
 
 def run_config(a, binary, name, outer, nodes, steps, logroot):
@@ -290,7 +299,8 @@ def main():
                 swarms[c] = run_config(a, binary, c, ["--outer", a.single_outer], 1,
                                        a.steps * factor, logroot)
             else:
-                swarms[c] = run_config(a, binary, c, CONFIGS[c], a.nodes, a.steps, logroot)
+                swarms[c] = run_config(a, binary, c, outer_args(a, c), a.nodes, a.steps,
+                                       logroot)
     rows, curves, summ = [], {}, {}
     for c, swarm in swarms.items():
         rows += event_rows(c, swarm)

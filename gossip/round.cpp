@@ -132,9 +132,15 @@ void RoundEngine::submit(optim::Floats theta, Time now) {
   // for a large model, a job for the driver, off the strand.
   error_has_delta_ = round_mode_ == OuterMode::diloco && !entering_diloco_ && opts_.compressed;
   delta_norm_ = std::numeric_limits<double>::quiet_NaN();
+  // Streaming fragments: this round's part of φ (every member of a group is at its round).
+  slice_ = round_mode_ == OuterMode::diloco && !entering_diloco_
+               ? slice_of(state_.phi.size(), std::max<std::size_t>(opts_.fragments, 1),
+                          state_.round % std::max<std::size_t>(opts_.fragments, 1))
+               : Slice{};
   if (round_mode_ == OuterMode::diloco && !entering_diloco_) {
     auto w = std::make_shared<StepWork>();
     w->kind = StepWork::Kind::prepare;
+    w->slice = slice_;
     lend_state(*w);
     w->theta = std::move(theta_);
     theta_.clear();
@@ -313,6 +319,7 @@ void RoundEngine::on_match(MatchResult m, Time now) {
       r.note = fmt::format("our pseudo-gradient scaled down from {:.6g} to {:.6g}", delta_norm_,
                            group_clip_);
     }
+    if (average_phi_) slice_ = {};  // (φ ‖ Δ: all of it, whatever the round)
     if (opts_.compressed && !average_phi_)
       return start_gather(m, scale, std::move(start), std::move(r), now);
     if (average_phi_ && error_has_delta_) {
@@ -323,8 +330,8 @@ void RoundEngine::on_match(MatchResult m, Time now) {
     // The slow weights differ after NoLoCo rounds: average them once with the pseudo-gradient
     // (φ ‖ Δ in one tensor).
     const std::size_t n = state_.phi.size();
-    *input =
-        average_phi_ ? delta(n, copy_into(state_.phi, 2 * n, opts_.floats)) : delta(0, {}, scale);
+    *input = average_phi_ ? delta(n, copy_into(state_.phi, 2 * n, opts_.floats))
+                          : delta(0, {}, scale, slice_);
     // The previous all-reduce's result buffer is reused (its pages are already there).
     auto out = std::make_shared<optim::Floats>(std::move(spare_));
     auto o = opts_.allreduce;
@@ -359,7 +366,11 @@ void RoundEngine::start_gather(const MatchResult& m, float scale, StartOp start,
   // Our message is cut from the error buffer, which moves into the all-gather (it reads it a
   // piece at a time, scaled when its norm is above the group's bound, and gives it back for the
   // feedback).
-  auto input = std::make_shared<optim::Floats>(std::exchange(state_.error, {}));
+  // (With fragments, a copy of this round's slice of it: the rest stays.)
+  auto input = std::make_shared<optim::Floats>(
+      slice_.whole(state_.error.size())
+          ? std::exchange(state_.error, {})
+          : copy_range(state_.error, slice_.lo, slice_.end(state_.error.size()), opts_.floats));
   auto out = std::make_shared<optim::Floats>(std::move(spare_));
   AllGatherOptions o;
   o.codec = opts_.compressed->codec;

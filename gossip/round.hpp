@@ -69,6 +69,11 @@ struct RoundOptions {
   /// DiLoCo-mode rounds with compressed messages (SparseLoCo, E3M0 DiLoCo: step_work.hpp) in an
   /// all-gather whose timers are allreduce's; none: the fp16 all-reduce of Δ.
   std::optional<CompressedRounds> compressed;
+  /// Streaming fragments (gossip/slice.hpp): a DiLoCo-mode round r averages and steps fragment
+  /// r mod `fragments` of φ only (its Δ, or its part of the error buffer); rounds that average
+  /// φ, and NoLoCo rounds, take all of it. The report names the slice (RoundReport::slice): the
+  /// driver loads only that part of θ from φ. 1: every round takes all of φ.
+  std::size_t fragments = 1;
   OpDeadlineOptions op_deadline;
   MatchOptions match;            ///< group_size and same_round are set per mode
   std::size_t diloco_group = 0;  ///< 0 = everyone at the swarm round in the window
@@ -141,6 +146,9 @@ struct RoundReport {
   std::uint64_t sync_bytes = 0, sync_total = 0;  ///< sync_progress: verified bytes of the state
   double sync_rate = 0;                          ///< sync_progress: bytes per second from the donor
   Digest weights_hash{};
+  /// round: the part of φ the step changed (a streaming fragment; all of it by default), the part
+  /// of θ the next inner phase takes from φ (the rest goes on from the θ submitted: the spare).
+  Slice slice;
   std::string note;
   /// A φ-sized buffer the engine is done with (the θ it was given, or the exchange's mean made
   /// in it), for the driver's next θ: its pages are already mapped (empty when there is none).
@@ -358,11 +366,18 @@ class RoundEngine {
   void sync_failed(std::string why, Time now);  // by value: `why` may live in catch_up_
   void report_progress(Time now);  // a sync_progress report, at most about once a second
   void poll_modes(Time now);
-  /// Δ = φ − θ (times `scale`) written at `offset` of `into` (pseudo_gradient_into).
-  optim::Floats delta(std::size_t offset, optim::Floats into, float scale = 1.0f) const {
+  /// Δ = φ − θ over `slice` (times `scale`) written at `offset` of `into`
+  /// (pseudo_gradient_into).
+  optim::Floats delta(std::size_t offset, optim::Floats into, float scale = 1.0f,
+                      Slice slice = {}) const {
     return pseudo_gradient_into(state_.phi, theta_, offset, std::move(into), opts_.floats,
-                                opts_.threads, scale);
+                                opts_.threads, scale, slice);
   }
+  /// The part of φ this round averages and steps (RoundOptions::fragments).
+  Slice slice_ = {};
+  /// Compressed rounds with fragments: the all-gather's input (our error buffer's slice) back
+  /// into the error buffer `e`; without, the buffer itself.
+  void put_back_error(optim::Floats part, optim::Floats& e) const;
   optim::Floats spare_;  // the last all-reduce's result buffer, for the next one
   OpDeadlines op_deadlines_;
   std::uint64_t state_gen_ = 0;

@@ -23,6 +23,7 @@ std::shared_ptr<StepWork> RoundEngine::step_work(StepWork::Kind kind, bool delta
   ++w->state.round;
   w->theta = std::move(theta_);  // the input of a local step; else the buffer given back after
   theta_.clear();
+  w->slice = round_mode_ == OuterMode::diloco ? slice_ : Slice{};
   w->noloco = opts_.noloco;
   w->diloco = opts_.diloco;
   w->threads = opts_.threads;
@@ -134,7 +135,7 @@ void RoundEngine::on_op_finished(std::unique_ptr<Protocol> p, Time now) {
   // Compressed rounds: our error buffer comes back from the all-gather (unchanged).
   optim::Floats error = ag ? ag->take_input() : optim::Floats{};
   if (ar->status() != OpStatus::done) {
-    if (ag) state_.error = std::move(error);
+    if (ag) put_back_error(std::move(error), state_.error);
     // The survivors' state after this round: the delta that leads there from ours, when they
     // end it (a state of this round is ours already).
     return begin_sync(state_.round + 1, false,
@@ -159,7 +160,7 @@ void RoundEngine::on_op_finished(std::unique_ptr<Protocol> p, Time now) {
   w->average_phi = average_phi_;
   if (ag) {
     w->compressed = opts_.compressed;
-    w->state.error = std::move(error);
+    put_back_error(std::move(error), w->state.error);
     w->max_mean_norm = mean_norm_bound(ar->members(), ag->options().codec.kind, true);
     w->ring = ag->take_result();
   } else {
@@ -168,6 +169,21 @@ void RoundEngine::on_op_finished(std::unique_ptr<Protocol> p, Time now) {
     w->ring = all->take_result();
   }
   finish_round(std::move(r), std::move(w), std::move(members));
+}
+
+void RoundEngine::put_back_error(optim::Floats part, optim::Floats& e) const {
+  if (e.empty() || slice_.whole(e.size())) {
+    e = std::move(part);
+    return;
+  }
+  const std::size_t lo = slice_.lo, hi = slice_.end(e.size());
+  if (part.size() != hi - lo) return;  // (the all-gather gives back what it was given)
+  optim::by_fragments(lo, hi,
+                      [&](std::size_t a, std::size_t b) {
+                        std::copy(part.begin() + (a - lo), part.begin() + (b - lo), e.begin() + a);
+                        part.release(a - lo, b - lo);
+                      },
+                      {&e});
 }
 
 double RoundEngine::mean_norm_bound(const std::vector<NodeId>& ring, WireCodec codec,
@@ -236,6 +252,9 @@ void RoundEngine::on_step_done(std::uint64_t seq, Time now) {
     r.note += (r.note.empty() ? "" : "; ") + w->dropped;
   }
   if (w->theta.size() == state_.phi.size()) r.spare = std::move(w->theta);
+  // The part of θ to take from φ: the step's slice, when θ comes back to the driver whole.
+  const bool stepped = w->kind == StepWork::Kind::local || w->kind == StepWork::Kind::diloco_ring;
+  r.slice = stepped && r.spare.size() == state_.phi.size() ? w->slice : Slice{};
   synced_into_round_ = false;
   r.sync_time = now - submitted_;
   round_time_ = inner_ + r.sync_time;

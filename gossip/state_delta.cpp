@@ -12,7 +12,7 @@ using transport::errc;
 
 namespace {
 constexpr char kMagic[8] = {'G', 'R', 'V', 'D', 'E', 'L', 'T', 'A'};
-constexpr std::uint32_t kVersion = 1;
+constexpr std::uint32_t kVersion = 1, kSliceVersion = 2;
 
 template <class T>
 void put(std::uint8_t*& p, T v) {
@@ -30,26 +30,40 @@ T get(const std::uint8_t*& p) {
 std::size_t value_bytes(WireCodec c) {
   return c == WireCodec::fp32 ? 4 : 2;
 }
+
+// optim::by_fragments over [0, n), its fragments also cut at a and b (so that each lies wholly
+// inside [a, b) or outside it).
+void by_fragments_cut(std::size_t n, std::size_t a, std::size_t b,
+                      const std::function<void(std::size_t, std::size_t)>& fn,
+                      std::initializer_list<const optim::Floats*> arrays) {
+  optim::by_fragments(0, std::min(a, n), fn, arrays);
+  optim::by_fragments(std::min(a, n), std::min(b, n), fn, arrays);
+  optim::by_fragments(std::min(b, n), n, fn, arrays);
+}
 }  // namespace
 
 WireCodec delta_codec(WireCodec c) {
   return c == WireCodec::fp16 || c == WireCodec::bf16 ? c : WireCodec::fp32;
 }
 
-std::uint64_t delta_size(WireCodec c, std::uint64_t values) {
-  return kDeltaHeaderBytes + value_bytes(delta_codec(c)) * values;
+std::uint64_t delta_size(WireCodec c, std::uint64_t values, std::optional<std::uint64_t> count) {
+  const std::uint64_t vb = value_bytes(delta_codec(c));
+  if (!count || *count == values) return kDeltaHeaderBytes + vb * values;
+  return kSliceDeltaHeaderBytes + vb * *count;
 }
 
 transport::Result<DeltaWriter> DeltaWriter::create(BlobStore& store, WireCodec codec,
-                                                   std::uint64_t values) {
+                                                   std::uint64_t values, Slice slice) {
   codec = delta_codec(codec);
-  auto w = store.create(delta_size(codec, values));
+  const std::uint64_t lo = slice.lo, hi = slice.end(values);
+  if (lo > hi || hi > values) return {errc::rejected, "a delta's slice past φ"};
+  auto w = store.create(delta_size(codec, values, hi - lo));
   if (!w) return w.failure();
-  return DeltaWriter(std::move(*w), codec, values);
+  return DeltaWriter(std::move(*w), codec, values, lo, hi - lo);
 }
 
 transport::Result<void> DeltaWriter::write(std::uint64_t offset, std::span<const float> v) {
-  if (offset > values_ || v.size() > values_ - offset) return {errc::rejected, "past the delta"};
+  if (offset > count_ || v.size() > count_ - offset) return {errc::rejected, "past the delta"};
   const std::size_t vb = value_bytes(codec_);
   bytes_.resize(v.size() * vb);
   check_.resize(v.size());
@@ -57,35 +71,44 @@ transport::Result<void> DeltaWriter::write(std::uint64_t offset, std::span<const
       decode_values(codec_, bytes_, check_) != optim::CodecError::ok ||
       (!v.empty() && std::memcmp(check_.data(), v.data(), v.size_bytes()) != 0))
     return {errc::rejected, std::string("values not exact in ") + to_string(codec_)};
-  return w_->write(kDeltaHeaderBytes + offset * vb, bytes_);
+  return w_->write(header_bytes() + offset * vb, bytes_);
 }
 
 transport::Result<std::shared_ptr<const StateBlob>> DeltaWriter::seal(std::uint64_t round,
                                                                       const Digest& from,
                                                                       const Digest& to) {
-  std::uint8_t h[kDeltaHeaderBytes] = {};
+  std::uint8_t h[kSliceDeltaHeaderBytes] = {};
   std::uint8_t* p = h;
   std::memcpy(p, kMagic, sizeof kMagic);
   p += sizeof kMagic;
-  put(p, kVersion);
+  const bool sliced = header_bytes() == kSliceDeltaHeaderBytes;
+  put(p, sliced ? kSliceVersion : kVersion);
   put(p, static_cast<std::uint8_t>(codec_));
   p += 3;
   put(p, round);
   put(p, values_);
   std::memcpy(p, from.data(), from.size());
   std::memcpy(p + 32, to.data(), to.size());
-  if (auto r = w_->write(0, h); !r) return r.failure();
+  p += 64;
+  if (sliced) {
+    put(p, lo_);
+    put(p, count_);
+  }
+  if (auto r = w_->write(0, std::span<const std::uint8_t>(h, header_bytes())); !r)
+    return r.failure();
   return w_->seal();
 }
 
 transport::Result<DeltaHeader> read_delta_header(const StateBlob& blob) {
   if (blob.size() < kDeltaHeaderBytes) return {errc::rejected, "a delta shorter than its header"};
-  std::uint8_t h[kDeltaHeaderBytes];
-  if (auto r = blob.read(0, h); !r) return r.failure();
+  std::uint8_t h[kSliceDeltaHeaderBytes] = {};
+  if (auto r = blob.read(0, std::span(h).first(kDeltaHeaderBytes)); !r) return r.failure();
   const std::uint8_t* p = h;
   if (std::memcmp(p, kMagic, sizeof kMagic) != 0) return {errc::rejected, "not a state delta"};
   p += sizeof kMagic;
-  if (get<std::uint32_t>(p) != kVersion) return {errc::rejected, "delta version unknown"};
+  const auto version = get<std::uint32_t>(p);
+  if (version != kVersion && version != kSliceVersion)
+    return {errc::rejected, "delta version unknown"};
   DeltaHeader d;
   const auto c = get<std::uint8_t>(p);
   if (c != static_cast<std::uint8_t>(WireCodec::fp32) &&
@@ -98,9 +121,21 @@ transport::Result<DeltaHeader> read_delta_header(const StateBlob& blob) {
   d.values = get<std::uint64_t>(p);
   std::memcpy(d.from.data(), p, 32);
   std::memcpy(d.to.data(), p + 32, 32);
+  p += 64;
+  d.count = d.values;
+  if (version == kSliceVersion) {
+    if (blob.size() < kSliceDeltaHeaderBytes)
+      return {errc::rejected, "a delta shorter than its header"};
+    if (auto r = blob.read(kDeltaHeaderBytes, std::span(h).subspan(kDeltaHeaderBytes)); !r)
+      return r.failure();
+    d.lo = get<std::uint64_t>(p);
+    d.count = get<std::uint64_t>(p);
+    d.header_bytes = kSliceDeltaHeaderBytes;
+    if (d.lo > d.values || d.count > d.values - d.lo)
+      return {errc::rejected, "the delta's slice is past its values"};
+  }
   const std::size_t vb = value_bytes(d.codec);
-  if (d.values > (blob.size() - kDeltaHeaderBytes) / vb ||
-      kDeltaHeaderBytes + d.values * vb != blob.size())
+  if (d.count > (blob.size() - d.header_bytes) / vb || d.header_bytes + d.count * vb != blob.size())
     return {errc::rejected, "delta size does not match its values"};
   return d;
 }
@@ -116,13 +151,16 @@ transport::Result<void> replay_delta(const StateBlob& blob, optim::OuterState& s
     return {errc::rejected, "the delta leads to round " + std::to_string(h->round) +
                                 ", the state is at round " + std::to_string(s.round)};
   if (h->from != hash) return {errc::rejected, "the delta starts from other slow weights"};
+  // The values it steps: φ[a, b) (all of φ but for a streaming fragment's round); the hash
+  // covers all of φ.
   const std::size_t vb = value_bytes(h->codec), n = s.phi.size(), f = std::min(n, optim::kFragment);
+  const std::size_t a = h->lo, b = h->lo + h->count;
   std::vector<std::uint8_t> bytes(f * vb);
   std::vector<float> d(f), phi(f), m(f);
-  // Reads and decodes fragment [lo, hi) of the delta into d.
+  // Reads and decodes fragment [lo, hi) of φ's steps (within [a, b)) into d.
   const auto decode = [&](std::size_t lo, std::size_t hi) -> transport::Result<void> {
     const auto in = std::span(bytes).first((hi - lo) * vb);
-    if (auto r = blob.read(kDeltaHeaderBytes + lo * vb, in); !r)
+    if (auto r = blob.read(h->header_bytes + (lo - a) * vb, in); !r)
       return {errc::rejected, "cannot read the delta: " + r.text()};
     if (decode_values(h->codec, in, std::span(d).first(hi - lo)) != optim::CodecError::ok)
       return {errc::rejected, "the delta holds values that do not decode (or are not finite)"};
@@ -133,11 +171,16 @@ transport::Result<void> replay_delta(const StateBlob& blob, optim::OuterState& s
   // it was. (Twice the step's arithmetic, no model-sized copy.)
   transport::Result<void> failed;
   transport::Blake2b256 to;
-  optim::by_fragments(
-      n,
+  by_fragments_cut(
+      n, a, b,
       [&](std::size_t lo, std::size_t hi) {
         if (!failed) return;
         const auto len = hi - lo;
+        if (lo >= b || hi <= a) {  // (fragments are cut at a and b) not stepped: hashed as is
+          to.update(
+              {reinterpret_cast<const std::uint8_t*>(s.phi.data() + lo), len * sizeof(float)});
+          return;
+        }
         if (failed = decode(lo, hi); !failed) return;
         std::copy_n(s.phi.data() + lo, len, phi.data());
         std::copy_n(s.momentum.data() + lo, len, m.data());
@@ -156,7 +199,7 @@ transport::Result<void> replay_delta(const StateBlob& blob, optim::OuterState& s
   // Second pass: the same steps, in place (bit for bit what the first pass hashed). Only a read
   // that fails now leaves the state changed part way.
   bool touched = false;
-  optim::by_fragments(n,
+  optim::by_fragments(a, b,
                       [&](std::size_t lo, std::size_t hi) {
                         if (!failed) return;
                         if (failed = decode(lo, hi); !failed) return;

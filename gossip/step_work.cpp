@@ -1,5 +1,6 @@
 #include "gossip/step_work.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include <spdlog/spdlog.h>
@@ -29,24 +30,25 @@ Digest weights_hash(const optim::Floats& phi) {
 optim::Floats pseudo_gradient_into(const optim::Floats& phi, const optim::Floats& theta,
                                    std::size_t offset, optim::Floats into,
                                    const optim::FloatAllocator& alloc, unsigned threads,
-                                   float scale) {
-  if (into.size() < offset + phi.size()) into = optim::Floats::zeros(offset + phi.size(), alloc);
-  optim::by_fragments(phi.size(),
+                                   float scale, Slice slice) {
+  const std::size_t a = slice.lo, b = slice.end(phi.size());
+  if (into.size() < offset + (b - a)) into = optim::Floats::zeros(offset + (b - a), alloc);
+  optim::by_fragments(a, b,
                       [&](std::size_t lo, std::size_t hi) {
                         optim::pseudo_gradient(std::span(phi.data() + lo, hi - lo),
                                                std::span(theta.data() + lo, hi - lo),
-                                               std::span(into.data() + offset + lo, hi - lo),
+                                               std::span(into.data() + offset + lo - a, hi - lo),
                                                threads, scale);
-                        into.release(offset + lo, offset + hi);
+                        into.release(offset + lo - a, offset + hi - a);
                       },
                       {&phi, &theta});
   return into;
 }
 
-double pseudo_gradient_norm(const optim::Floats& phi, const optim::Floats& theta,
-                            unsigned threads) {
+double pseudo_gradient_norm(const optim::Floats& phi, const optim::Floats& theta, unsigned threads,
+                            Slice slice) {
   double sum = 0.0;
-  optim::by_fragments(phi.size(),
+  optim::by_fragments(slice.lo, slice.end(phi.size()),
                       [&](std::size_t lo, std::size_t hi) {
                         sum += optim::pseudo_gradient_sq_norm(std::span(phi.data() + lo, hi - lo),
                                                               std::span(theta.data() + lo, hi - lo),
@@ -58,11 +60,11 @@ double pseudo_gradient_norm(const optim::Floats& phi, const optim::Floats& theta
 
 double accumulate_error(const optim::Floats& phi, const optim::Floats& theta, optim::Floats& e,
                         float decay, float scale, const optim::FloatAllocator& alloc,
-                        unsigned threads) {
+                        unsigned threads, Slice slice) {
   if (e.size() != phi.size()) e = optim::Floats::zeros(phi.size(), alloc);
   double sum = 0.0;
-  std::vector<float> d(std::min(phi.size(), optim::kFragment));
-  optim::by_fragments(phi.size(),
+  std::vector<float> d(std::min(slice.size(phi.size()), optim::kFragment));
+  optim::by_fragments(slice.lo, slice.end(phi.size()),
                       [&](std::size_t lo, std::size_t hi) {
                         const auto delta = std::span(d).first(hi - lo);
                         const auto part = std::span(e.data() + lo, hi - lo);
@@ -87,6 +89,18 @@ double norm_of(const optim::Floats& values, std::size_t offset, std::size_t n) {
                       },
                       {});
   return std::sqrt(sum);
+}
+
+optim::Floats copy_range(const optim::Floats& from, std::size_t lo, std::size_t hi,
+                         const optim::FloatAllocator& alloc) {
+  auto into = optim::Floats::zeros(hi - lo, alloc);
+  optim::by_fragments(lo, hi,
+                      [&](std::size_t a, std::size_t b) {
+                        std::copy(from.begin() + a, from.begin() + b, into.begin() + (a - lo));
+                        into.release(a - lo, b - lo);
+                      },
+                      {&from});
+  return into;
 }
 
 optim::Floats copy_into(const optim::Floats& from, std::size_t size,
@@ -120,6 +134,8 @@ void StepWork::run() {
   auto& e = state.error;
   const bool flush = kind == Kind::local && mode == OuterMode::diloco && compressed &&
                      error_has_delta && e.size() == n;
+  // The values a DiLoCo round steps: [sa, sb) (a streaming fragment, or all of them).
+  const std::size_t sa = std::min(slice.lo, n), sb = std::clamp(slice.end(n), sa, n);
   const auto frag = [&](std::vector<float>& v, std::size_t len) {
     if (v.size() < len) v.resize(std::min(n, optim::kFragment));
     return std::span(v).first(len);
@@ -127,8 +143,8 @@ void StepWork::run() {
   switch (kind) {
     case Kind::prepare:
       norm = compressed ? accumulate_error(phi, theta, state.error, compressed->decay, 1.0f, alloc,
-                                           threads)
-                        : pseudo_gradient_norm(phi, theta, threads);
+                                           threads, {sa, sb})
+                        : pseudo_gradient_norm(phi, theta, threads, {sa, sb});
       blob = nullptr;
       return;  // (no step, no hash, no snapshot)
     case Kind::none:
@@ -145,8 +161,9 @@ void StepWork::run() {
                             },
                             {&phi, &m, &theta});
       } else {
+        const bool sliced = mode == OuterMode::diloco;
         optim::by_fragments(
-            n,
+            sliced ? sa : 0, sliced ? sb : n,
             [&](std::size_t lo, std::size_t hi) {
               auto d = frag(scratch, hi - lo);
               if (flush) {  // a lone member of compressed rounds: its whole error buffer
@@ -202,11 +219,19 @@ void StepWork::run() {
     case Kind::diloco_ring: {
       // The result is mean Δ, or mean φ ‖ mean Δ (members entered from NoLoCo: one φ, one
       // momentum (zero) and one round for the group).
+      // Mean Δ alone covers [sa, sb) (ring[i] is value sa + i); mean φ ‖ mean Δ all of φ.
+      const std::size_t lo0 = average_phi ? 0 : sa, hi0 = average_phi ? n : sb;
       const std::size_t d = average_phi ? n : 0;
+      if (ring.size() != d + (hi0 - lo0)) {
+        error = "the round's result has " + std::to_string(ring.size()) + " values, not " +
+                std::to_string(d + (hi0 - lo0));
+        ring.release();
+        break;
+      }
       if (!average_phi && std::isfinite(max_mean_norm)) {
         // A member that declared a smaller ‖Δ‖ than it sent shows here: the triangle inequality
         // bounds ‖mean Δ‖ by the mean of the members' norms.
-        if (const double got = norm_of(ring, d, n); !(got <= max_mean_norm)) {
+        if (const double got = norm_of(ring, d, hi0 - lo0); !(got <= max_mean_norm)) {
           dropped = "the mean pseudo-gradient's norm " + fmt::format("{:.6g}", got) + " is above " +
                     fmt::format("{:.6g}", max_mean_norm) +
                     ", the mean of the norms the members declared (a member sent more than it "
@@ -218,7 +243,7 @@ void StepWork::run() {
       // Mean Δ alone is also kept as the round's delta (a member behind replays it).
       std::optional<DeltaWriter> out;
       if (delta_store && !average_phi) {
-        if (auto w = DeltaWriter::create(*delta_store, delta_codec, n))
+        if (auto w = DeltaWriter::create(*delta_store, delta_codec, n, {lo0, hi0}))
           out.emplace(std::move(*w));
         else
           spdlog::warn("cannot keep the delta of round {}: {}", state.round, w.text());
@@ -230,8 +255,9 @@ void StepWork::run() {
         ring.release();
         break;
       }
+      // (Fragments start at lo0: the feedback's pieces line up with the all-gather's.)
       optim::by_fragments(
-          n,
+          lo0, hi0,
           [&](std::size_t lo, std::size_t hi) {
             if (compressed &&
                 compressed->codec.feedback(part(e, lo, hi), compressed->piece_values) !=
@@ -242,14 +268,15 @@ void StepWork::run() {
               std::fill(m.begin() + lo, m.begin() + hi, 0.0f);
               ring.release(lo, hi);
             }
+            const std::size_t r0 = d + lo - lo0, r1 = d + hi - lo0;  // in `ring`
             if (out)
-              if (auto r = out->write(lo, part(ring, d + lo, d + hi)); !r) {
+              if (auto r = out->write(lo - lo0, part(ring, r0, r1)); !r) {
                 spdlog::warn("cannot keep the delta of round {}: {}", state.round, reason(r));
                 out.reset();
               }
-            optim::diloco_step(part(phi, lo, hi), part(m, lo, hi), part(ring, d + lo, d + hi),
-                               diloco, threads);
-            ring.release(d + lo, d + hi);
+            optim::diloco_step(part(phi, lo, hi), part(m, lo, hi), part(ring, r0, r1), diloco,
+                               threads);
+            ring.release(r0, r1);
           },
           {&phi, &m, &e});
       if (out) {

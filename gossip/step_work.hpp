@@ -15,6 +15,7 @@
 #include "gossip/allgather.hpp"
 #include "gossip/mode.hpp"
 #include "gossip/protocol.hpp"
+#include "gossip/slice.hpp"
 #include "gossip/state_blob.hpp"
 #include "gossip/wire.hpp"
 #include "optim/outer.hpp"
@@ -29,22 +30,27 @@ inline Digest weights_hash(const std::vector<float>& v) {
   return weights_hash(std::span<const float>(v));
 }
 
-/// Δ = φ − θ (times `scale`) written at `offset` of `into` (made with `alloc` when too small),
-/// a fragment at a time, each released once written.
+/// Δ = φ − θ (times `scale`) over `slice`, written at `offset` of `into` (made with `alloc` when
+/// too small), a fragment at a time, each released once written.
 optim::Floats pseudo_gradient_into(const optim::Floats& phi, const optim::Floats& theta,
                                    std::size_t offset, optim::Floats into,
                                    const optim::FloatAllocator& alloc, unsigned threads,
-                                   float scale = 1.0f);
-/// ‖φ − θ‖ (the pseudo-gradient's L2 norm, Δ not written), a fragment at a time, each released
-/// once read; finite exactly when every difference is.
-double pseudo_gradient_norm(const optim::Floats& phi, const optim::Floats& theta, unsigned threads);
+                                   float scale = 1.0f, Slice slice = {});
+/// ‖φ − θ‖ over `slice` (the pseudo-gradient's L2 norm, Δ not written), a fragment at a time,
+/// each released once read; finite exactly when every difference is.
+double pseudo_gradient_norm(const optim::Floats& phi, const optim::Floats& theta, unsigned threads,
+                            Slice slice = {});
 /// ‖values[offset, offset + n)‖, a fragment at a time (the result of an all-reduce).
 double norm_of(const optim::Floats& values, std::size_t offset, std::size_t n);
-/// Error feedback's accumulation, e = decay·e + scale·(φ − θ), a fragment at a time (e made with
-/// `alloc` when empty); returns ‖e‖ (what the member will compress and declare).
+/// Error feedback's accumulation over `slice`, e = decay·e + scale·(φ − θ), a fragment at a time
+/// (e made with `alloc`, φ's size, when empty); returns ‖e‖ over the slice (what the member will
+/// compress and declare).
 double accumulate_error(const optim::Floats& phi, const optim::Floats& theta, optim::Floats& e,
                         float decay, float scale, const optim::FloatAllocator& alloc,
-                        unsigned threads);
+                        unsigned threads, Slice slice = {});
+/// from[lo, hi) copied into a new array made with `alloc`, a fragment at a time.
+optim::Floats copy_range(const optim::Floats& from, std::size_t lo, std::size_t hi,
+                         const optim::FloatAllocator& alloc);
 /// `from` copied into the first values of a new array of `size` values made with `alloc`.
 optim::Floats copy_into(const optim::Floats& from, std::size_t size,
                         const optim::FloatAllocator& alloc);
@@ -93,6 +99,10 @@ struct StepWork {
   } kind = Kind::none;
   optim::OuterState state;  ///< in: φ, momentum, the round after the step; out: the new state
   OuterMode mode = OuterMode::noloco;
+  /// prepare, local and diloco_ring in DiLoCo mode: the values the round takes (a streaming
+  /// fragment; `ring` then holds that many, mean φ ‖ mean Δ always all of them); the rest of φ,
+  /// the momentum and the error buffer stay as they are.
+  Slice slice;
   optim::Floats theta;       ///< local: θ; noloco_mean: the mean of θ, or of Δ (β ≠ γ)
   optim::Floats phi_mean;    ///< noloco_mean with β ≠ γ: the mean of φ
   optim::Floats ring;        ///< diloco_ring: the result, kept for the next all-reduce

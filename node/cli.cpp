@@ -119,6 +119,10 @@ const std::map<std::string, Setter>& config_options() {
        }},
       {"--error-decay", [](RunConfig& c, const std::string& o,
                            const std::string& v) { c.error_decay = parse_number(o, v, 0, 1); }},
+      {"--fragments",
+       [](RunConfig& c, const std::string& o, const std::string& v) {
+         c.fragments = static_cast<std::uint32_t>(parse_whole(o, v, 1, 64));
+       }},
       {"--outer-lr", [](RunConfig& c, const std::string& o,
                         const std::string& v) { c.outer_lr = parse_number(o, v, 1e-6, 10); }},
       {"--outer-momentum",
@@ -148,9 +152,9 @@ const std::map<std::string, Setter>& config_options() {
          c.eval_every = static_cast<std::uint32_t>(parse_whole(o, v, 1, 1'000'000));
        }},
       {"--eval-batches",
-       [](RunConfig& c, const std::string& o, const std::string& v) {
-         c.eval_batches = static_cast<std::uint32_t>(parse_whole(o, v, 1, 10'000));
-       }},
+       [](RunConfig& c, const std::string& o,
+          const std::string&
+              v) { c.eval_batches = static_cast<std::uint32_t>(parse_whole(o, v, 1, 10'000)); }},
   };
   return m;
 }
@@ -294,6 +298,8 @@ Run config (only with --bootstrap; fixed for the run, joiners take it from the s
   --topk-chunk N          SparseLoCo: chunk of the top-k, a power of two (default 4096)
   --topk-bits 32|2        SparseLoCo: bits per value sent (default 32; 2: a scale per chunk)
   --error-decay X         SparseLoCo: error buffer decay per round (default 0.95)
+  --fragments F           DiLoCo/SparseLoCo: streaming fragments, 1 to 64 dividing --inner-steps
+                          (default 1): a round every H/F steps syncs 1/F of the model in turn
   --noloco-alpha X        NoLoCo momentum (default 0.5)
   --noloco-beta X         NoLoCo step on the averaged pseudo-gradient (default 0.7)
   --noloco-gamma X        NoLoCo pull toward the partners' slow weights (default 0.7)
@@ -460,6 +466,8 @@ CliOptions parse_cli(int argc, const char* const* argv) {
     if (o.bootstrap && !o.data.empty()) o.config.data = DataKind::files;
     if (o.config.warmup > o.config.schedule_steps)
       throw CliError("--warmup must not exceed --schedule-steps");
+    if (o.bootstrap && o.overlap && o.config.fragments > 1)
+      throw CliError("--overlap: not with --fragments (a round hands back one fragment of θ)");
   }
   return o;
 }

@@ -126,6 +126,7 @@ const std::vector<Field>& fields() {
       u32_field("topk_chunk", &RunConfig::topk_chunk),
       u32_field("topk_bits", &RunConfig::topk_bits),
       float_field("error_decay", &RunConfig::error_decay),
+      u32_field("fragments", &RunConfig::fragments),
       u32_field("window_ms", &RunConfig::window_ms),
       {"data", [](const RunConfig& c) { return std::string(to_string(c.data)); },
        [](RunConfig& c, std::string_view v) {
@@ -223,6 +224,12 @@ std::string RunConfig::check() const {
   if (!in(topk, 1, topk_chunk)) return "top-k: 1 to the chunk";
   if (topk_bits != 32 && topk_bits != 2) return "top-k value bits: 32 or 2";
   if (!in(error_decay, 0, 1)) return "error decay: 0 to 1";
+  if (!in(fragments, 1, 64)) return "fragments: 1 to 64";
+  if (fragments > 1 && outer != OuterMode::diloco)
+    return "fragments: DiLoCo and SparseLoCo only (NoLoCo rounds average all of θ)";
+  if (inner_steps % fragments != 0)
+    return "fragments: must divide the inner steps (" + std::to_string(inner_steps) +
+           "): a round every inner_steps / fragments steps";
   if (!in(window_ms, 500, 600'000)) return "window: 500 to 600000 ms";
   if (!in(eval_every, 1, 1'000'000)) return "eval every: 1 to 1000000";
   if (!in(eval_batches, 1, 10'000)) return "eval batches: 1 to 10000";
@@ -234,11 +241,16 @@ std::string RunConfig::outer_name() const {
 }
 
 std::string RunConfig::wire_name() const {
+  std::string w;
   if (outer == OuterMode::diloco && sparseloco)
-    return "top-" + std::to_string(topk) + "/" + std::to_string(topk_chunk) + " " +
-           (topk_bits == 2 ? "2-bit" : "fp32") + " + error feedback";
-  if (compressed_rounds()) return "e3m0 + error feedback";
-  return to_string(codec);
+    w = "top-" + std::to_string(topk) + "/" + std::to_string(topk_chunk) + " " +
+        (topk_bits == 2 ? "2-bit" : "fp32") + " + error feedback";
+  else if (compressed_rounds())
+    w = "e3m0 + error feedback";
+  else
+    w = to_string(codec);
+  if (fragments > 1) w += ", 1/" + std::to_string(fragments) + " of the model a round";
+  return w;
 }
 
 bool RunConfig::set_outer(std::string_view name) {

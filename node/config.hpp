@@ -10,6 +10,7 @@
 // bytes), so one config has exactly one name.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -74,6 +75,13 @@ struct RunConfig {
   std::uint32_t topk_chunk = 4096;
   std::uint32_t topk_bits = 32;
   float error_decay = 0.95f;
+  /// Streaming fragments (DiLoCo and SparseLoCo, gossip/slice.hpp): the parameters cut into
+  /// `fragments` parts; a round every inner_steps / fragments inner steps averages and steps one
+  /// of them in turn, so each part is synchronised every inner_steps steps, at its own offset,
+  /// and a sync sends and holds ~1/fragments of the model. 1: whole-model rounds.
+  std::uint32_t fragments = 1;
+  /// Inner steps between two rounds: inner_steps / fragments.
+  std::uint32_t phase_steps() const { return inner_steps / std::max<std::uint32_t>(fragments, 1); }
   /// Matchmaking window (ms): nodes ready in the same window are paired or grouped. Every member
   /// must use the same windows; short ones suit short rounds (tests), the default suits rounds of
   /// tens of seconds and more over the internet.

@@ -210,8 +210,10 @@ void Controller::on_report(const Report& r, Time now) {
     push(std::move(a));
   } else {
     // Without overlap, or after catching up (a phase trained on the old φ is lost): start from
-    // the new φ.
-    push(Kind::load_phi);
+    // the new φ (of a round of one streaming fragment: that part of θ only).
+    Action a{Kind::load_phi};
+    if (is_round) a.slice = r.slice;
+    push(std::move(a));
     if (!is_round && waiting_) waiting_ = false;
   }
   after_state(now);

@@ -95,6 +95,9 @@ struct Action {
   Time time{0};     ///< set_patience, set_group_wait
   float alpha = 0;  ///< mix
   int attempt = 0;  ///< join: 1, 2, ...
+  /// load_phi: the part of θ taken from φ (a round of one streaming fragment: the rest of θ
+  /// goes on as the driver submitted it); all of it by default.
+  gossip::Slice slice;
   Source source = Source::none;
   int code = 0;     ///< exit
   std::string why;  ///< exit, and the reason of a dropped phase

@@ -52,6 +52,7 @@ gossip::RoundOptions round_options(const RunConfig& c, const CliOptions& cli, st
   o.noloco.gamma = c.noloco_gamma;
   o.diloco.lr = c.outer_lr;
   o.diloco.momentum = c.outer_momentum;
+  o.fragments = c.fragments;
   const auto codec = c.codec;
   o.exchange.codec = codec;
   // The all-reduce sums partial results: a 4-bit code cannot carry them (compressed rounds

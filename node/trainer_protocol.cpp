@@ -184,7 +184,7 @@ transport::Result<TrainerMessage> decode_trainer_message(std::span<const std::ui
   }
   for (auto [key, out, most] :
        {std::tuple{"topk", &h.topk, 65536u}, std::tuple{"topk_chunk", &h.topk_chunk, 65536u},
-        std::tuple{"topk_bits", &h.topk_bits, 32u}})
+        std::tuple{"topk_bits", &h.topk_bits, 32u}, std::tuple{"fragments", &h.fragments, 64u}})
     if (const auto* o = field(m, key); o && o->type != msgpack::type::NIL) {
       if (!mp::get_u64(*o, v) || v == 0 || v > most)
         return bad(std::string("hello: ") + key + " is 1 to " + std::to_string(most));
@@ -253,8 +253,9 @@ std::vector<std::uint8_t> encode_trainer_message(const TrainerMessage& msg) {
           mp::pack_str(p, to_string(*h.codec));
         else
           p.pack_nil();
-        for (auto [key, v] : {std::pair{"topk", h.topk}, std::pair{"topk_chunk", h.topk_chunk},
-                              std::pair{"topk_bits", h.topk_bits}}) {
+        for (auto [key, v] :
+             {std::pair{"topk", h.topk}, std::pair{"topk_chunk", h.topk_chunk},
+              std::pair{"topk_bits", h.topk_bits}, std::pair{"fragments", h.fragments}}) {
           mp::pack_str(p, key);
           if (v)
             p.pack_uint32(v);
@@ -275,7 +276,7 @@ std::vector<std::uint8_t> encode_trainer_message(const TrainerMessage& msg) {
         mp::pack_str(p, "pid");
         p.pack_uint64(h.pid);
       },
-      15);
+      16);
 }
 
 void apply_hello(const TrainerHello& h, RunConfig& c) {
@@ -290,6 +291,7 @@ void apply_hello(const TrainerHello& h, RunConfig& c) {
   if (h.topk) c.topk = h.topk;
   if (h.topk_chunk) c.topk_chunk = h.topk_chunk;
   if (h.topk_bits) c.topk_bits = h.topk_bits;
+  if (h.fragments) c.fragments = h.fragments;
   if (h.error_decay) c.error_decay = *h.error_decay;
   if (h.outer_lr) c.outer_lr = *h.outer_lr;
   if (h.outer_momentum) c.outer_momentum = *h.outer_momentum;
@@ -324,6 +326,9 @@ std::string check_hello(const TrainerHello& h, const RunConfig& c) {
   if (h.inner_steps && h.inner_steps != c.inner_steps)
     return "run " + c.run_name() + " has " + std::to_string(c.inner_steps) +
            " inner steps per round; this trainer asked for " + std::to_string(h.inner_steps);
+  if (h.fragments && h.fragments != c.fragments)
+    return "run " + c.run_name() + " has " + std::to_string(c.fragments) +
+           " streaming fragments; this trainer asked for " + std::to_string(h.fragments);
   return {};
 }
 
@@ -343,10 +348,12 @@ std::vector<std::uint8_t> encode_welcome(const std::string& shm, std::uint64_t b
         mp::pack_str(p, to_string(c.outer));
         mp::pack_str(p, "inner_steps");
         p.pack_uint32(c.inner_steps);
+        mp::pack_str(p, "fragments");
+        p.pack_uint32(c.fragments);
         mp::pack_str(p, "state_file");
         mp::pack_str(p, state_file);
       },
-      6);
+      7);
 }
 
 std::vector<std::uint8_t> encode_refused(const std::string& why) {

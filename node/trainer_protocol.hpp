@@ -75,6 +75,7 @@ struct TrainerHello {
   std::optional<WireCodec> codec;
   /// SparseLoCo's numbers (RunConfig); 0 / none: not given.
   std::uint32_t topk = 0, topk_chunk = 0, topk_bits = 0;
+  std::uint32_t fragments = 0;  ///< streaming fragments (0: not given)
   std::optional<float> error_decay;
   std::uint64_t pid = 0;
   friend bool operator==(const TrainerHello&, const TrainerHello&) = default;

@@ -63,6 +63,11 @@ Time now_ms() {
 
 ControllerOptions controller_options(const CliOptions& o, const RunConfig& c, std::size_t params) {
   ControllerOptions co;
+  // (A round of one fragment hands back that part of θ only: a θ trained on meanwhile would
+  // need each fragment mixed on its own.)
+  if (o.overlap && c.fragments > 1)
+    throw transport::ConfigError("--overlap: not with a run of streaming fragments (--fragments " +
+                                 std::to_string(c.fragments) + ")");
   co.overlap = o.overlap;
   co.window = Time(c.window_ms);
   // Checkpoints: as asked; by default every round for a small state, every 10 minutes for one of
@@ -205,15 +210,21 @@ void Loop::execute(const Action& a) {
     case Kind::join:
       s_.round->join(P_);
       return;
-    case Kind::load_phi:
+    case Kind::load_phi: {
+      // (A slice only when θ came back from the engine as submitted: on_report.)
+      const bool whole = theta_.size() != P_ || a.slice.whole(P_);
       if (theta_.size() != P_) theta_ = optim::Floats::zeros(P_, s_.floats);
+      const std::size_t from = whole ? 0 : a.slice.lo, to = whole ? P_ : a.slice.end(P_);
       over_phi([&](const gossip::RoundEngine& e, std::size_t lo, std::size_t hi) {
         const auto& phi = e.state().phi;
-        std::copy(phi.begin() + lo, phi.begin() + hi, theta_.begin() + lo);
+        lo = std::max(lo, from);
+        hi = std::min(hi, to);
+        if (lo < hi) std::copy(phi.begin() + lo, phi.begin() + hi, theta_.begin() + lo);
       });
       s_.workload.set_params_from(theta_);
       if (a.source != Action::Source::none) begin(a.source);
       return;
+    }
     case Kind::mix:
       take_theta();
       over_phi([&](const gossip::RoundEngine& e, std::size_t lo, std::size_t hi) {
@@ -304,7 +315,7 @@ void Loop::inner_phase() {
   const auto t0 = SteadyClock::now();
   std::uint64_t phase_tokens = 0;
   const auto& o = s_.o;
-  for (std::uint32_t h = 0; h < s_.config.inner_steps; ++h) {
+  for (std::uint32_t h = 0; h < s_.config.phase_steps(); ++h) {
     if (s_.stopping || (o.max_steps && t_.progress.step >= *o.max_steps)) break;
     const auto s0 = SteadyClock::now();
     const auto r = s_.workload.train_step(t_.progress.step);
@@ -358,7 +369,10 @@ void Loop::on_report(gossip::RoundReport r) {
   const bool counted =
       started_ && r.kind != gossip::RoundReport::Kind::sync_failed && !ctl_.leaving();
   // θ went to the round engine with the last submit; its buffer (pages mapped) comes back.
-  if (r.spare.size() == P_) theta_ = std::move(r.spare);
+  if (r.spare.size() == P_)
+    theta_ = std::move(r.spare);
+  else
+    r.slice = {};  // θ is not the one submitted: all of it from φ
   ctl_.on_report(r, now_ms());
   if (!counted) return;
   // The controller's actions (θ from the new φ, the checkpoint) run before the lines that tell
@@ -392,7 +406,12 @@ void Loop::tally(const gossip::RoundReport& r) {
     me.last_sync_ms = static_cast<double>(r.sync_time.count());
     me.last_partner = partner;
     me.algorithm = mode + " (" +
-                   (group ? s_.config.wire_name() : std::string(to_string(s_.config.codec))) + ")";
+                   (group ? s_.config.wire_name() : std::string(to_string(s_.config.codec))) +
+                   (group && s_.config.fragments > 1
+                        ? ", fragment " + std::to_string(r.round % s_.config.fragments + 1) + "/" +
+                              std::to_string(s_.config.fragments)
+                        : std::string()) +
+                   ")";
   });
   publish_status("training");
   p.partners.clear();

@@ -97,7 +97,13 @@ bool operator==(const Floats& a, const std::vector<float>& b) {
 
 void by_fragments(std::size_t n, const std::function<void(std::size_t, std::size_t)>& fn,
                   std::initializer_list<const Floats*> arrays) {
-  for (std::size_t lo = 0; lo < n; lo += kFragment) {
+  by_fragments(0, n, fn, arrays);
+}
+
+void by_fragments(std::size_t begin, std::size_t n,
+                  const std::function<void(std::size_t, std::size_t)>& fn,
+                  std::initializer_list<const Floats*> arrays) {
+  for (std::size_t lo = begin; lo < n; lo += kFragment) {
     const std::size_t hi = std::min(n, lo + kFragment);
     for (const Floats* a : arrays)
       if (a) a->prefetch(hi, hi + kFragment);

@@ -94,5 +94,9 @@ class Floats {
 /// prefetched before fn runs.
 void by_fragments(std::size_t n, const std::function<void(std::size_t, std::size_t)>& fn,
                   std::initializer_list<const Floats*> arrays = {});
+/// The same over [begin, end): fn gets absolute indices (fragments start at `begin`).
+void by_fragments(std::size_t begin, std::size_t end,
+                  const std::function<void(std::size_t, std::size_t)>& fn,
+                  std::initializer_list<const Floats*> arrays = {});
 
 }  // namespace grove::optim

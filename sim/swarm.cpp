@@ -398,9 +398,17 @@ bool Swarm::act(std::size_t i) {
         ++n.join_attempts;
         dht_.call(i, [&](dht::DhtNode&) { n.engine->join(now_, opts_.params); });
         break;
-      case K::load_phi:
-        n.theta = n.engine->state().phi.to_vector();
+      case K::load_phi: {
+        // (n.theta is the θ submitted; a round of one streaming fragment takes that part.)
+        const auto& phi = n.engine->state().phi;
+        if (n.theta.size() != phi.size() || a.slice.whole(phi.size())) {
+          n.theta = phi.to_vector();
+        } else {
+          const std::size_t lo = std::min(a.slice.lo, phi.size()), hi = a.slice.end(phi.size());
+          std::copy(phi.begin() + lo, phi.begin() + hi, n.theta.begin() + lo);
+        }
         break;
+      }
       case K::mix:
         n.engine->mix(n.theta, a.alpha);
         break;

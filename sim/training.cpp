@@ -74,7 +74,19 @@ struct Outer {
   OuterMode mode = OuterMode::noloco;
   std::optional<gossip::CompressedRounds> compressed;
   bool sparseloco = false;
+  std::size_t fragments = 1;  ///< --fragments: streaming fragments (DiLoCo-mode rounds)
 };
+
+// --fragments F (DiLoCo-mode --outer only, dividing H): a round every H/F inner steps takes one
+// fragment of φ. Returns the inner steps of a round.
+std::uint32_t read_fragments(const Args& a, Outer& outer, std::uint32_t h) {
+  outer.fragments = static_cast<std::size_t>(a.count("fragments", 1));
+  if (outer.fragments < 1 || outer.fragments > 64 || h % outer.fragments != 0)
+    throw std::invalid_argument("--fragments: 1 to 64, dividing --inner-steps");
+  if (outer.fragments > 1 && outer.mode != OuterMode::diloco)
+    throw std::invalid_argument("--fragments: with --outer diloco, sparseloco or e3m0");
+  return h / static_cast<std::uint32_t>(outer.fragments);
+}
 
 Outer parse_outer(const std::string& s) {
   Outer o;
@@ -95,6 +107,7 @@ Outer parse_outer(const std::string& s) {
 SwarmOptions swarm_options(const Setup& s, const Outer& outer, std::shared_ptr<Workload> w) {
   SwarmOptions o = fast_options(outer.mode);
   o.round.compressed = outer.compressed;
+  o.round.fragments = outer.fragments;
   if (outer.sparseloco) {
     o.round.diloco.lr = 1.0f;
     o.round.diloco.momentum = 0.0f;
@@ -243,20 +256,22 @@ int run_spread(const Args& a, const std::string& out) {
 int run_churn(const Args& a, const std::string& out) {
   const Setup st = read_setup(a);
   const auto n = static_cast<std::size_t>(a.count("nodes", 32));
-  const auto h = static_cast<std::uint32_t>(a.count("inner-steps", 50));
+  const auto hh = static_cast<std::uint32_t>(a.count("inner-steps", 50));
   const double share = a.num("share", 0.3);
   const double minutes = a.num("minutes", 30);
   const std::string mode_s = a.str("outer", "noloco");
-  if (n < 4 || h < 1 || share < 0 || share > 1 || minutes < 1)
+  if (n < 4 || hh < 1 || share < 0 || share > 1 || minutes < 1)
     throw std::invalid_argument(
         "churn: need nodes >= 4, inner-steps >= 1, 0 <= share <= 1, "
         "minutes >= 1");
-  const Outer outer = parse_outer(mode_s);
+  Outer outer = parse_outer(mode_s);
+  const std::uint32_t h = read_fragments(a, outer, hh);  // a round's inner steps
   std::printf(
-      "churn: %zu nodes %s, H = %u, %.0f%% of them leave and as many join between 20%% "
-      "and 80%% of %.0f min\n",
-      n, mode_s.c_str(), h, 100 * share, minutes);
-  const std::string name = mode_s == "noloco" ? "churn" : "churn_" + mode_s;
+      "churn: %zu nodes %s, H = %u (%zu fragment(s)), %.0f%% of them leave and as many join "
+      "between 20%% and 80%% of %.0f min\n",
+      n, mode_s.c_str(), hh, outer.fragments, 100 * share, minutes);
+  const std::string name = (mode_s == "noloco" ? "churn" : "churn_" + mode_s) +
+                           (outer.fragments > 1 ? "_f" + std::to_string(outer.fragments) : "");
   Csv csv(out + "/" + name + ".csv", {"series", "minute", "live", "left", "crashed", "joined",
                                       "mean_loss", "loss_at_mean", "spread", "round_max"});
   for (const bool churn : {false, true}) {
@@ -401,20 +416,24 @@ double quantile(std::vector<double> v, double q) {
 int run_scale(const Args& a, const std::string& out) {
   const Setup st = read_setup(a);
   const auto ns = a.list("nodes", {16, 64, 256, 1024});
-  const auto h = static_cast<std::uint32_t>(a.count("inner-steps", 50));
+  const auto hh = static_cast<std::uint32_t>(a.count("inner-steps", 50));
   const double join_minutes = a.num("join-minutes", 2);
   const double minutes = a.num("minutes", 5);
   const std::string mode_s = a.str("outer", "noloco");
-  const Outer outer = parse_outer(mode_s);
+  Outer outer = parse_outer(mode_s);
+  const std::uint32_t h = hh >= 1 ? read_fragments(a, outer, hh) : 0;  // a round's inner steps
   for (double n : ns)
     if (n < 2 || n != std::floor(n) || n > 4096)
       throw std::invalid_argument("--nodes: whole numbers in 2..4096");
   if (h < 1 || join_minutes < 0 || minutes < 0.5)
     throw std::invalid_argument("scale: need inner-steps >= 1, join-minutes >= 0, minutes >= 0.5");
   std::printf(
-      "scale: %s, H = %u, nodes join over %.1f min then train %.1f min, %s links, quadratic\n",
-      mode_s.c_str(), h, join_minutes, minutes, st.rtt_ms > 0 ? "uniform" : "world-model");
-  const std::string name = mode_s == "noloco" ? "scale" : "scale_" + mode_s;
+      "scale: %s, H = %u (%zu fragment(s)), nodes join over %.1f min then train %.1f min, %s "
+      "links, quadratic\n",
+      mode_s.c_str(), hh, outer.fragments, join_minutes, minutes,
+      st.rtt_ms > 0 ? "uniform" : "world-model");
+  const std::string name = (mode_s == "noloco" ? "scale" : "scale_" + mode_s) +
+                           (outer.fragments > 1 ? "_f" + std::to_string(outer.fragments) : "");
   Csv csv(out + "/" + name + ".csv",
           {"series", "nodes", "with_state", "join_p50_s", "join_p95_s", "dht_kBps_mean",
            "dht_kBps_p95", "dht_kBps_max", "view_complete", "rounds_per_min", "averaged_share",

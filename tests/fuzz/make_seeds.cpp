@@ -638,6 +638,13 @@ void gossip_seeds(const fs::path& dir) {
     std::vector<std::uint8_t> bytes(blob->size());
     (void)blob->read(0, bytes);
     put_rec("delta", bytes);
+    // A streaming fragment's delta (version 2): values 100..250 of 300.
+    auto ws = g::DeltaWriter::create(*store, g::WireCodec::fp16, 300, {100, 250}).value();
+    (void)ws.write(0, std::span(d).first(150));
+    auto sb = ws.seal(2, snap.root(), snap.root()).value();
+    bytes.assign(sb->size(), 0);
+    (void)sb->read(0, bytes);
+    put_rec("delta-fragment", bytes);
   }
   auto bad = g::encode_message(h, 10);
   bad.data()[3] = 0xff;
@@ -688,6 +695,7 @@ void run_config_seeds(const fs::path& dir) {
   sparse.topk_chunk = 1024;
   sparse.topk_bits = 2;
   sparse.error_decay = 0.9f;
+  sparse.fragments = 5;  // (dividing mlp_config's 10 inner steps)
   put("mlp-sparseloco-2bit.txt", sparse.to_text());
   node::RunConfig files = gpt;
   files.model = "base";
@@ -960,6 +968,9 @@ void trainer_seeds(const fs::path& dir) {
     sl.topk_bits = 2;
     sl.error_decay = 0.95f;
     put("hello_sparseloco.bin", node::encode_trainer_message(sl));
+    sl.fragments = 4;
+    put("hello_sparseloco_fragments.bin", node::encode_trainer_message(sl));
+    sl.fragments = 0;
     sl.outer = "diloco";
     sl.codec = node::WireCodec::e3m0;
     put("hello_diloco_e3m0.bin", node::encode_trainer_message(sl));

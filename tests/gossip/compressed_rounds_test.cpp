@@ -18,6 +18,7 @@ namespace {
 using sim::fast_options;
 using sim::Swarm;
 using sim::SwarmOptions;
+using testing::distance_to_mean_target;
 using testing::expect_identical_per_round;
 using testing::expect_only_outlier_clipped;
 using testing::grow;
@@ -57,21 +58,6 @@ SwarmOptions options(Kind k, bool mlp = false) {
   }
   o.round.compressed = c;
   return o;
-}
-
-// How far φ is from the mean of the targets of `nodes`, over how far those are from it.
-double distance_to_mean_target(Swarm& s, std::size_t node, const std::vector<std::size_t>& nodes) {
-  const auto& phi = s.engine(node).state().phi;
-  const auto n = static_cast<double>(nodes.size());
-  double d = 0, spread = 0;
-  for (std::size_t k = 0; k < phi.size(); ++k) {
-    double mean = 0;
-    for (std::size_t i : nodes) mean += s.target(i)[k];
-    mean /= n;
-    d += (phi.data()[k] - mean) * (phi.data()[k] - mean);
-    for (std::size_t i : nodes) spread += (s.target(i)[k] - mean) * (s.target(i)[k] - mean) / n;
-  }
-  return std::sqrt(d / spread);
 }
 
 struct Outcome {
@@ -147,18 +133,7 @@ TEST(CompressedRounds, SparseLoCoMovesPhiAsAModelOfTheRule) {
 // takes the group's state (without anybody's error buffer) and averages with it.
 TEST(CompressedRounds, SparseLoCoGoesOnThroughAKillAndAJoin) {
   Swarm s(43, options(Kind::sparseloco, true));
-  grow(s, 4, {ms(3000), {}});
-  s.run_for(ms(40'000));
-  s.kill(2);
-  s.run_for(ms(30'000));
-  const std::size_t j = s.join(0, {ms(3000), {}});
-  s.run_for(ms(90'000));
-  std::size_t joiner_averaged = 0;
-  for (const auto& r : s.reports(j))
-    joiner_averaged += r.kind == RoundReport::Kind::round && !r.local_only;
-  EXPECT_GE(joiner_averaged, 5u);
-  for (std::size_t i : {0u, 1u, 3u}) EXPECT_GE(s.rounds(i), 20u) << "node " << i;
-  expect_identical_per_round(s, 20);
+  testing::kill_and_join(s);
   const auto& w = *s.options().workload;
   EXPECT_LT(s.loss(0), 0.5 * w.loss(w.initial()));
 }

@@ -50,6 +50,25 @@ inline void expect_identical_per_round(Swarm& s, std::size_t min_rounds_checked)
     }
 }
 
+// Grows `s` to 4 nodes, kills node 2 after 40 s, joins a fifth node 30 s later and runs 90 s
+// more: the joiner averaged at least 5 rounds, the survivors ended 20 rounds each, and every
+// round that several members ended ended with one φ. Returns the joiner's index.
+inline std::size_t kill_and_join(Swarm& s) {
+  grow(s, 4, {ms(3000), {}});
+  s.run_for(ms(40'000));
+  s.kill(2);
+  s.run_for(ms(30'000));
+  const std::size_t j = s.join(0, {ms(3000), {}});
+  s.run_for(ms(90'000));
+  std::size_t joiner_averaged = 0;
+  for (const auto& r : s.reports(j))
+    joiner_averaged += r.kind == RoundReport::Kind::round && !r.local_only;
+  EXPECT_GE(joiner_averaged, 5u);
+  for (std::size_t i : {0u, 1u, 3u}) EXPECT_GE(s.rounds(i), 20u) << "node " << i;
+  expect_identical_per_round(s, 20);
+  return j;
+}
+
 // A member whose θ lands 1000 away from φ every inner phase from its second on (a fault, or an
 // attack by a member running this code), joined to `s` through node 0; returns its index.
 inline std::size_t join_outsized_member(Swarm& s) {
@@ -82,6 +101,22 @@ inline void expect_only_outlier_clipped(Swarm& s, std::size_t outlier, std::size
       EXPECT_EQ(n, 0u) << "node " << i;
     }
   }
+}
+
+// How far φ is from the mean of the targets of `nodes`, over how far those are from it.
+inline double distance_to_mean_target(Swarm& s, std::size_t node,
+                                      const std::vector<std::size_t>& nodes) {
+  const auto& phi = s.engine(node).state().phi;
+  const auto n = static_cast<double>(nodes.size());
+  double d = 0, spread = 0;
+  for (std::size_t k = 0; k < phi.size(); ++k) {
+    double mean = 0;
+    for (std::size_t i : nodes) mean += s.target(i)[k];
+    mean /= n;
+    d += (phi.data()[k] - mean) * (phi.data()[k] - mean);
+    for (std::size_t i : nodes) spread += (s.target(i)[k] - mean) * (s.target(i)[k] - mean) / n;
+  }
+  return std::sqrt(d / spread);
 }
 
 }  // namespace grove::gossip::testing

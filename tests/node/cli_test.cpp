@@ -76,6 +76,40 @@ TEST(Cli, SparseLoCoAndItsNumbers) {
   EXPECT_NE(c.check().find("top-k"), std::string::npos);
 }
 
+// Streaming fragments: DiLoCo-mode runs only, dividing the inner steps (a round every H/F).
+TEST(Cli, FragmentsAndTheirRules) {
+  auto o = parse({"--bootstrap", "--outer", "diloco", "--inner-steps", "60", "--fragments", "4"});
+  EXPECT_EQ(o.config.fragments, 4u);
+  EXPECT_EQ(o.config.phase_steps(), 15u);
+  EXPECT_EQ(o.config.check(), "");
+  EXPECT_EQ(o.config.wire_name(), "fp16, 1/4 of the model a round");
+  auto sp =
+      parse({"--bootstrap", "--outer", "sparseloco", "--inner-steps", "30", "--fragments", "3"});
+  EXPECT_EQ(sp.config.check(), "");
+  EXPECT_EQ(RunConfig{}.fragments, 1u);
+  EXPECT_EQ(RunConfig{}.phase_steps(), RunConfig{}.inner_steps);
+  EXPECT_NE(error_of({"--bootstrap", "--fragments", "0"}).find("--fragments"), std::string::npos);
+  EXPECT_NE(error_of({"--bootstrap", "--fragments", "65"}).find("--fragments"), std::string::npos);
+  EXPECT_NE(parse({"--bootstrap", "--outer", "diloco", "--inner-steps", "50", "--fragments", "4"})
+                .config.check()
+                .find("must divide the inner steps"),
+            std::string::npos);
+  EXPECT_NE(parse({"--bootstrap", "--inner-steps", "40", "--fragments", "4"})
+                .config.check()
+                .find("DiLoCo and SparseLoCo only"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--bootstrap", "--outer", "diloco", "--inner-steps", "40", "--fragments", "4",
+                      "--overlap"})
+                .find("--overlap"),
+            std::string::npos);
+  // In the run's config text, and back.
+  const auto text = o.config.to_text();
+  EXPECT_NE(text.find("\nfragments 4\n"), std::string::npos);
+  auto back = parse_run_config(text);
+  ASSERT_TRUE(back) << back.text();
+  EXPECT_EQ(back->fragments, 4u);
+}
+
 TEST(Cli, JoinWithPeersAndData) {
   auto o = parse({"--peer", "10.0.0.1:7000", "--peer", "[::1]:7001", "--data", "a.txt", "b.txt",
                   "--run", "gpt-0123456789ab"});

@@ -534,7 +534,8 @@ std::map<std::string, std::string> averaged_hashes(const std::string& metrics) {
 }
 
 // Compressed DiLoCo-mode rounds (SparseLoCo's top-k of an error buffer, 2-bit top-k, E3M0
-// DiLoCo), from the start: three members all-gather their messages and learn; one is killed
+// DiLoCo) and streaming fragments (DiLoCo's and SparseLoCo's rounds of a quarter of the model),
+// from the start: three members all-gather their messages and learn; one is killed
 // with SIGKILL and a fourth joins; the survivors and the joiner average together, and every
 // round that two members averaged ended with the same slow weights on both.
 class CompressedProcess : public ::testing::TestWithParam<const char*> {};
@@ -545,10 +546,14 @@ TEST_P(CompressedProcess, LearnsThroughAKillAndAJoinWithOnePhiPerRound) {
   const std::string which = GetParam();
   if (which == "e3m0")
     algo = {"--outer", "diloco", "--codec", "e3m0"};
+  else if (which == "diloco-fragments")
+    algo = {"--outer", "diloco"};
   else
     algo = {"--outer",      "sparseloco", "--topk",      "8",
             "--topk-chunk", "64",         "--topk-bits", which == "sparseloco-2bit" ? "2" : "32"};
-  const std::string mode = which == "e3m0" ? "diloco" : "sparseloco";
+  // Streaming fragments: a round every 5 steps, a quarter of the model each.
+  if (which.ends_with("-fragments")) algo.insert(algo.end(), {"--fragments", "4"});
+  const std::string mode = which == "e3m0" || which == "diloco-fragments" ? "diloco" : "sparseloco";
   auto extra = algo;
   extra.insert(extra.end(), {"--metrics", d / "m0.jsonl"});
   Proc n0(bootstrap_args(d, "n0", extra));
@@ -567,8 +572,10 @@ TEST_P(CompressedProcess, LearnsThroughAKillAndAJoinWithOnePhiPerRound) {
   ASSERT_TRUE(n3.expect(std::regex("synced +round"), 60s)) << n3.log();
   std::smatch m;
   const std::regex averaged(R"(eval ([0-9.e-]+) .* )" + mode + R"( with [0-9a-f]{8})");
+  // (Three rounds' steps: with fragments, four times as many rounds of a quarter each.)
+  const int rounds = which.ends_with("-fragments") ? 12 : 3;
   for (Proc* p : {&n3, &n0, &n1}) {
-    for (int i = 0; i < 3; ++i) ASSERT_TRUE(p->expect(averaged, 90s, &m)) << p->log();
+    for (int i = 0; i < rounds; ++i) ASSERT_TRUE(p->expect(averaged, 90s, &m)) << p->log();
     EXPECT_LT(std::stod(m[1]), 0.5 * fresh) << p->log();
   }
   for (Proc* p : {&n0, &n1, &n3}) p->signal(SIGTERM);
@@ -587,7 +594,8 @@ TEST_P(CompressedProcess, LearnsThroughAKillAndAJoinWithOnePhiPerRound) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Algorithms, CompressedProcess,
-                         ::testing::Values("sparseloco", "sparseloco-2bit", "e3m0"),
+                         ::testing::Values("sparseloco", "sparseloco-2bit", "e3m0",
+                                           "diloco-fragments", "sparseloco-fragments"),
                          [](const auto& info) {
                            std::string n = info.param;
                            std::replace(n.begin(), n.end(), '-', '_');

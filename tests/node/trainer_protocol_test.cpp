@@ -14,6 +14,7 @@ TrainerHello small_hello() {
   h.model.tensors = {{"fc.weight", {4, 3}, "float32"}, {"fc.bias", {4}, "float32"}};
   h.outer = "diloco";
   h.inner_steps = 25;
+  h.fragments = 5;
   h.outer_lr = 0.5f;
   h.outer_momentum = 0.8f;
   h.pid = 99;
@@ -103,6 +104,8 @@ TEST(TrainerProtocol, TheFirstTrainerMakesTheRunAndLaterOnesMustMatchIt) {
   ASSERT_EQ(c.check(), "");
   EXPECT_EQ(c.outer, OuterMode::diloco);
   EXPECT_EQ(c.inner_steps, 25u);
+  EXPECT_EQ(c.fragments, 5u);
+  EXPECT_EQ(c.phase_steps(), 5u);
   EXPECT_FLOAT_EQ(c.outer_lr, 0.5f);
   EXPECT_EQ(c.model_params, 16u);
   EXPECT_EQ(c.model_tensors, 2u);
@@ -126,12 +129,16 @@ TEST(TrainerProtocol, TheFirstTrainerMakesTheRunAndLaterOnesMustMatchIt) {
   other.inner_steps = 26;
   EXPECT_NE(check_hello(other, c).find("inner steps"), std::string::npos);
   other = h;
+  other.fragments = 1;
+  EXPECT_NE(check_hello(other, c).find("streaming fragments"), std::string::npos);
+  other = h;
   other.version = 2;
   EXPECT_NE(check_hello(other, c).find("protocol version"), std::string::npos);
   // A trainer that leaves the algorithm to the run is welcome.
   other = h;
   other.outer.reset();
   other.inner_steps = 0;
+  other.fragments = 0;
   EXPECT_EQ(check_hello(other, c), "");
   // Built-in runs take no trainer; external fields are refused on them.
   RunConfig gpt;

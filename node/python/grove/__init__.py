@@ -151,26 +151,35 @@ class Node:
                                    "noloco_alpha": alpha, "noloco_beta": beta,
                                    "noloco_gamma": gamma})
 
-    def diloco(self, model, inner_steps=500, outer_lr=0.7, momentum=0.9, codec=None):
+    def diloco(self, model, inner_steps=500, outer_lr=0.7, momentum=0.9, codec=None,
+               fragments=None):
         """DiLoCo: all-reduce of the outer gradients within groups, Nesterov outer step.
 
         ``codec="e3m0"``: each member sends its outer gradient in 4 bits (with error feedback),
-        all-gathered instead of all-reduced: about 4x fewer bytes than fp16 in groups of four."""
+        all-gathered instead of all-reduced: about 4x fewer bytes than fp16 in groups of four.
+        ``fragments=F`` (dividing ``inner_steps``): streaming fragments — a round every
+        ``inner_steps / F`` steps synchronises one F-th of the parameters in turn."""
         fields = {"outer": "diloco", "inner_steps": inner_steps, "outer_lr": outer_lr,
                   "outer_momentum": momentum}
         if codec is not None:
             fields["codec"] = codec
+        if fragments is not None:
+            fields["fragments"] = fragments
         return self._hello(model, fields)
 
     def sparseloco(self, model, inner_steps=30, outer_lr=1.0, topk=64, chunk=4096, bits=32,
-                   error_decay=0.95, momentum=0.0):
+                   error_decay=0.95, momentum=0.0, fragments=None):
         """SparseLoCo: each member of a group sends the ``topk`` largest values of each ``chunk``
         of an error buffer (its outer gradients not sent yet), in 32 or 2 ``bits``; the group
-        steps with their mean. Grove's defaults: H 30, lr 1.0, top-64 of 4096, decay 0.95."""
-        return self._hello(model, {"outer": "sparseloco", "inner_steps": inner_steps,
-                                   "outer_lr": outer_lr, "outer_momentum": momentum,
-                                   "topk": topk, "topk_chunk": chunk, "topk_bits": bits,
-                                   "error_decay": error_decay})
+        steps with their mean. Grove's defaults: H 30, lr 1.0, top-64 of 4096, decay 0.95.
+        ``fragments``: as for :meth:`diloco`."""
+        fields = {"outer": "sparseloco", "inner_steps": inner_steps,
+                  "outer_lr": outer_lr, "outer_momentum": momentum,
+                  "topk": topk, "topk_chunk": chunk, "topk_bits": bits,
+                  "error_decay": error_decay}
+        if fragments is not None:
+            fields["fragments"] = fragments
+        return self._hello(model, fields)
 
     def keep(self, **objects):
         """Make objects part of this trainer's state: the inner optimiser, a learning-rate
@@ -348,7 +357,8 @@ class Node:
 
 class Outer:
     """The outer optimiser as the training loop sees it: call :meth:`step` once after every
-    inner optimiser step. Every ``inner_steps`` calls the node runs an outer round; without the
+    inner optimiser step. Every ``inner_steps`` calls (``inner_steps / fragments`` with streaming
+    fragments) the node runs an outer round; without the
     node's --overlap the call returns when the round has ended (the model then holds the new
     weights), with it at once (the new weights are mixed in at a later step)."""
 
@@ -357,6 +367,8 @@ class Outer:
         self.run = welcome.get("run")
         self.outer = welcome.get("outer")
         self.inner_steps = welcome.get("inner_steps")
+        #: Streaming fragments: a round every inner_steps / fragments calls of step().
+        self.fragments = welcome.get("fragments") or 1
         nbytes = int(welcome["bytes"])
         total = sum(p.numel() for _, p in params)
         if nbytes != 4 * total:

@@ -1,0 +1,163 @@
+// Streaming fragments below the round engine: slice_of cuts φ into contiguous, aligned, non-empty
+// fragments; a DiLoCo step of one slice (StepWork::slice) changes that part of φ and the
+// momentum only, exactly as the whole step would there; its delta (version 2, the slice's values
+// only) replays to the very bits and is refused on a state it does not fit.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "gossip/slice.hpp"
+#include "gossip/state_delta.hpp"
+#include "gossip/step_work.hpp"
+#include "optim/codecs.hpp"
+
+namespace grove::gossip {
+namespace {
+
+TEST(Slice, FragmentsCoverPhiInOrderAlignedAndNonEmpty) {
+  for (const std::size_t n : {std::size_t{7}, std::size_t{4096}, std::size_t{10'000},
+                              std::size_t{124'672}, std::size_t{1} << 30}) {
+    for (const std::size_t f : {1, 2, 3, 4, 7, 64}) {
+      if (n < f) continue;
+      std::size_t at = 0;
+      for (std::size_t k = 0; k < f; ++k) {
+        const Slice s = slice_of(n, f, k);
+        EXPECT_EQ(s.lo, at) << n << " " << f << " " << k;
+        EXPECT_GT(s.size(n), 0u) << n << " " << f << " " << k;
+        if (n >= f * kSliceAlign && k + 1 < f) {
+          EXPECT_EQ(s.end(n) % kSliceAlign, 0u);
+        }
+        // About equal: within an alignment unit (and a rounding) of n / f.
+        const double share = static_cast<double>(n) / static_cast<double>(f);
+        const double unit = n >= f * kSliceAlign ? kSliceAlign : 1;
+        EXPECT_NEAR(static_cast<double>(s.size(n)), share, 2 * unit + 1);
+        at = s.end(n);
+      }
+      EXPECT_EQ(at, n);
+    }
+  }
+  EXPECT_TRUE(slice_of(100, 1, 0).whole(100));
+  EXPECT_TRUE(Slice{}.whole(100));
+}
+
+constexpr std::size_t kN = 20'000;
+
+// φ and a momentum of kN values, different at every position (seeded).
+optim::OuterState state_of(unsigned seed) {
+  optim::OuterState s;
+  s.round = 4;
+  s.phi = optim::Floats::zeros(kN, {});
+  s.momentum = optim::Floats::zeros(kN, {});
+  for (std::size_t i = 0; i < kN; ++i) {
+    s.phi.data()[i] = std::sin(0.37f * static_cast<float>(i + seed));
+    s.momentum.data()[i] = 0.01f * std::cos(0.11f * static_cast<float>(i * seed));
+  }
+  return s;
+}
+
+std::vector<float> fp16_values(unsigned seed, std::size_t n) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> g(0.0f, 0.01f);
+  std::vector<float> d(n);
+  for (auto& v : d) v = optim::half_to_float(optim::float_to_half(g(rng)));
+  return d;
+}
+
+TEST(Slice, ASlicesStepChangesThatPartOnlyAndItsDeltaReplays) {
+  const optim::DiLoCoConfig cfg{0.7f, 0.9f};
+  const auto s0 = state_of(3);
+  const Slice slice = slice_of(kN, 3, 1);
+  const std::size_t lo = slice.lo, hi = slice.end(kN), len = hi - lo;
+  const auto d = fp16_values(5, len);
+
+  StepWork w;
+  w.kind = StepWork::Kind::diloco_ring;
+  w.mode = OuterMode::diloco;
+  w.state = s0;
+  w.state.round = 5;
+  w.diloco = cfg;
+  w.slice = slice;
+  w.ring = d;
+  w.delta_store = memory_blob_store();
+  w.delta_from = weights_hash(s0.phi);
+  w.run();
+  ASSERT_TRUE(w.error.empty()) << w.error;
+  ASSERT_TRUE(w.dropped.empty()) << w.dropped;
+
+  // The whole step with Δ zero outside the slice would change the momentum there (μ·m): the
+  // slice's step leaves it alone. Inside, the same bits as the whole step.
+  auto want = s0;
+  {
+    std::vector<float> phi = want.phi.to_vector(), m = want.momentum.to_vector();
+    optim::diloco_step(std::span(phi).subspan(lo, len), std::span(m).subspan(lo, len), d, cfg);
+    want.phi = phi;
+    want.momentum = m;
+  }
+  EXPECT_EQ(w.state.phi.to_vector(), want.phi.to_vector());
+  EXPECT_EQ(w.state.momentum.to_vector(), want.momentum.to_vector());
+  EXPECT_EQ(w.hash, weights_hash(want.phi));
+
+  // The delta holds the slice's values only (fp16: 2 bytes each) and replays to those bits.
+  ASSERT_TRUE(w.delta);
+  EXPECT_EQ(w.delta->size(), kSliceDeltaHeaderBytes + 2 * len);
+  EXPECT_EQ(w.delta->size(), delta_size(WireCodec::fp16, kN, len));
+  const auto h = read_delta_header(*w.delta);
+  ASSERT_TRUE(h) << h.text();
+  EXPECT_EQ(h->lo, lo);
+  EXPECT_EQ(h->count, len);
+  EXPECT_EQ(h->values, kN);
+  auto s = s0;
+  Digest hash = weights_hash(s.phi);
+  ASSERT_TRUE(replay_delta(*w.delta, s, hash, cfg));
+  EXPECT_EQ(s.round, 5u);
+  EXPECT_EQ(hash, w.hash);
+  EXPECT_EQ(s.phi.to_vector(), want.phi.to_vector());
+  EXPECT_EQ(s.momentum.to_vector(), want.momentum.to_vector());
+
+  // On a state of another size it is refused, the state unchanged.
+  optim::OuterState small;
+  small.round = 4;
+  small.phi = std::vector<float>(lo + len / 2, 0.5f);
+  small.momentum = std::vector<float>(lo + len / 2, 0.0f);
+  Digest hs = weights_hash(small.phi);
+  EXPECT_FALSE(replay_delta(*w.delta, small, hs, cfg));
+  EXPECT_EQ(small.round, 4u);
+}
+
+// A slice's lone step (no partner, DiLoCo) and its prepare (‖Δ‖ over the slice) read that part.
+TEST(Slice, PrepareAndTheLoneStepTakeTheSlice) {
+  const optim::DiLoCoConfig cfg{0.7f, 0.9f};
+  const auto s0 = state_of(7);
+  auto theta = s0.phi.to_vector();
+  for (auto& v : theta) v += 0.25f;  // Δ = −0.25 everywhere
+  const Slice slice = slice_of(kN, 4, 3);
+  const std::size_t lo = slice.lo, hi = slice.end(kN);
+
+  // The same job but for its kind: a prepare, then a lone step.
+  const auto job = [&](StepWork::Kind kind) {
+    StepWork w;
+    w.kind = kind;
+    w.mode = OuterMode::diloco;
+    w.state = s0;
+    w.theta = theta;
+    w.diloco = cfg;
+    w.slice = slice;
+    w.run();
+    return w;
+  };
+  EXPECT_NEAR(job(StepWork::Kind::prepare).norm, 0.25 * std::sqrt(static_cast<double>(hi - lo)),
+              1e-3);
+  const StepWork w = job(StepWork::Kind::local);
+  const auto phi = w.state.phi.to_vector(), phi0 = s0.phi.to_vector();
+  for (std::size_t i = 0; i < kN; ++i) {
+    if (i < lo || i >= hi) {
+      ASSERT_EQ(phi[i], phi0[i]) << i;
+    } else {
+      ASSERT_NE(phi[i], phi0[i]) << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace grove::gossip
