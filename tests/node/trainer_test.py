@@ -15,8 +15,10 @@ grove package (node/python): --workload external end to end.
   sparseloco: the same with SparseLoCo chosen by the first trainer (node.sparseloco(), top-8 of
           each 64 values): the run takes its algorithm from the trainer, rounds are averaged and
           the losses fall together.
+  fragments: the same with DiLoCo in two streaming fragments (node.diloco(fragments=2)): a round
+          every H/2 steps syncs half of the model, the trainer's other half trains on.
 
-Usage: trainer_test.py GROVE_NODE noloco|diloco|sparseloco. Exit 77 (skipped) without torch/msgpack.
+Usage: trainer_test.py GROVE_NODE noloco|diloco|sparseloco|fragments. Exit 77 (skipped) without torch/msgpack.
 Run with /usr/bin/python3 (Debian's torch). Waits on conditions with deadlines, never on sleeps.
 """
 import json
@@ -97,6 +99,8 @@ def trainer(argv):
             outer = node.noloco(model, inner_steps=a.inner_steps)
         elif a.outer == "sparseloco":  # top-8 of each 64 of the model's 322 values
             outer = node.sparseloco(model, inner_steps=a.inner_steps, topk=8, chunk=64)
+        elif a.outer == "fragments":  # DiLoCo, half of the model a round
+            outer = node.diloco(model, inner_steps=a.inner_steps, fragments=2)
         else:
             outer = node.diloco(model, inner_steps=a.inner_steps)
     except grove.Refused as e:
@@ -337,6 +341,8 @@ def run(binary, mode):
             if exits != [0]:
                 raise Fail("the node c's trainer started did not end cleanly (%r)" % exits)
             print("c's trainer started its own node (attach(start=...)); it exited with 0")
+        if mode == "fragments" and "1/2 of the model a round" not in s.log("a"):
+            raise Fail("node a's banner does not show the run's two fragments")
         names = "abcd" if mode == "noloco" else "abc"
         report = []
         for n in names:
@@ -373,7 +379,7 @@ if __name__ == "__main__":
     except ImportError as e:
         print("SKIP: %s (Debian: python3-torch python3-msgpack; run with /usr/bin/python3)" % e)
         sys.exit(77)
-    if len(sys.argv) != 3 or sys.argv[2] not in ("noloco", "diloco", "sparseloco"):
+    if len(sys.argv) != 3 or sys.argv[2] not in ("noloco", "diloco", "sparseloco", "fragments"):
         print(__doc__)
         sys.exit(2)
     sys.exit(run(sys.argv[1], sys.argv[2]))
