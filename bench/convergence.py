@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Convergence of the default workload: N grove-node processes averaging with each outer
 algorithm and wire form (NoLoCo; DiLoCo with fp32, fp16 or E3M0 messages; SparseLoCo with fp32 or
-2-bit values), and one node running N x the steps, on loopback. Eval loss against compute (inner
+2-bit values; DiLoCo and SparseLoCo in --fragments streaming fragments), and one node running
+N x the steps, on loopback. Eval loss against compute (inner
 steps summed over the nodes) and against bytes sent (summed over the nodes).
 
 Bytes: per node and round, the bytes a node's averaging operation sent (round_bytes_sent, state
@@ -188,10 +189,13 @@ LABELS = {"noloco": "{n} nodes NoLoCo", "diloco": "{n} nodes DiLoCo",
           "diloco-fp32": "{n} nodes DiLoCo fp32", "diloco-e3m0": "{n} nodes DiLoCo E3M0",
           "sparseloco": "{n} nodes SparseLoCo", "sparseloco-2bit": "{n} nodes SparseLoCo 2-bit",
           "sparseloco-nesterov": "{n} nodes SparseLoCo + Nesterov",
+          "diloco-fragments": "{n} nodes DiLoCo, {F} fragments",
+          "sparseloco-fragments": "{n} nodes SparseLoCo, {F} fragments",
           "single": "1 node, {f}x steps"}
 COLORS = {"noloco": "tab:blue", "diloco": "tab:orange", "single": "tab:green",
           "diloco-fp32": "tab:red", "diloco-e3m0": "tab:purple", "sparseloco": "tab:brown",
-          "sparseloco-2bit": "tab:pink", "sparseloco-nesterov": "tab:olive"}
+          "sparseloco-2bit": "tab:pink", "sparseloco-nesterov": "tab:olive",
+          "diloco-fragments": "tab:cyan", "sparseloco-fragments": "tab:gray"}
 
 
 def plot(path, curves, finals, floor, title, labels):
@@ -317,7 +321,7 @@ def main():
     n = swarm_cfg["nodes"] if swarm_cfg else a.nodes
     steps = swarm_cfg["steps_per_node"] if swarm_cfg else a.steps
     factor = summ["single"]["steps"] // max(steps, 1) if "single" in summ else n
-    labels = {c: LABELS[c].format(n=n, f=factor) for c in summ}
+    labels = {c: LABELS[c].format(n=n, f=factor, F=a.fragments) for c in summ}
     floor = next(iter(summ.values()))["floor"]
     if not a.no_plot:
         title = (f"{a.workload} {a.model_size}: {n} nodes x {steps} steps vs 1 node x "
