@@ -1,6 +1,7 @@
 #include "node/status.hpp"
 
 #include <algorithm>
+#include <cstdarg>
 #include <cstdio>
 #include <cstring>
 
@@ -45,11 +46,25 @@ constexpr auto kStatusSchema = sc::record<StatusAnswer>(
                            sc::field("sync_rate", &MemberStatus::sync_rate, kNumber),
                            sc::field("algorithm", &MemberStatus::algorithm, kText)))));
 
+// printf into a string of whatever length the values need (a peer's numbers can be huge).
+[[gnu::format(printf, 1, 2)]] std::string format(const char* fmt, ...) {
+  va_list args, again;
+  va_start(args, fmt);
+  va_copy(again, args);
+  const int n = std::vsnprintf(nullptr, 0, fmt, args);
+  va_end(args);
+  std::string out(n > 0 ? static_cast<std::size_t>(n) : 0, '\0');
+  if (n > 0) std::vsnprintf(out.data(), out.size() + 1, fmt, again);
+  va_end(again);
+  return out;
+}
+
+// A number for the table: `fmt` (one double), or in %.3g when it would be long (a peer's
+// numbers are not trusted to be sane), "-" when absent.
 std::string num(double v, const char* fmt) {
   if (!std::isfinite(v)) return "-";
-  char b[32];
-  std::snprintf(b, sizeof b, fmt, v);
-  return b;
+  std::string s = format(fmt, v);
+  return s.size() <= 12 ? s : format("%.3g", v);
 }
 
 }  // namespace
@@ -89,18 +104,13 @@ std::string sync_progress_text(const MemberStatus& m) {
   if (m.sync_total == 0) return "-";
   const double done = static_cast<double>(std::min(m.sync_bytes, m.sync_total));
   const double total = static_cast<double>(m.sync_total);
-  char b[96];
-  int n = std::snprintf(b, sizeof b, "%.0f%% of %.2f GB", 100.0 * done / total, total / 1e9);
+  std::string s = format("%.0f%% of %.2f GB", 100.0 * done / total, total / 1e9);
   if (std::isfinite(m.sync_rate) && m.sync_rate > 0) {
     const double left_s = (total - done) / m.sync_rate;
-    n += std::snprintf(b + n, sizeof b - static_cast<std::size_t>(n), " at %.1f MB/s, ",
-                       m.sync_rate / 1e6);
-    if (left_s < 120)
-      std::snprintf(b + n, sizeof b - static_cast<std::size_t>(n), "%.0f s left", left_s);
-    else
-      std::snprintf(b + n, sizeof b - static_cast<std::size_t>(n), "%.0f min left", left_s / 60);
+    s += " at " + num(m.sync_rate / 1e6, "%.1f") + " MB/s, ";
+    s += left_s < 120 ? format("%.0f s left", left_s) : num(left_s / 60, "%.0f") + " min left";
   }
-  return b;
+  return s;
 }
 
 std::vector<std::uint8_t> encode_status(const std::vector<MemberStatus>& members) {
@@ -137,27 +147,21 @@ std::string status_json(const std::vector<MemberStatus>& members) {
 }
 
 std::string status_table(const std::vector<MemberStatus>& members) {
-  std::string s;
-  char line[320];
-  std::snprintf(line, sizeof line,
-                "%-16s %-11s %8s %6s %8s %8s %8s %9s %-8s %9s %9s %7s %-10s  %s\n", "node",
-                "status", "step", "round", "loss", "eval", "tok/s", "sync ms", "partner", "sent MB",
-                "recv MB", "round s", "outer", "address");
-  s += line;
+  std::string s = format("%-16s %-11s %8s %6s %8s %8s %8s %9s %-8s %9s %9s %7s %-10s  %s\n", "node",
+                         "status", "step", "round", "loss", "eval", "tok/s", "sync ms", "partner",
+                         "sent MB", "recv MB", "round s", "outer", "address");
   for (const auto& m : members) {
     const std::string outer = m.algorithm.substr(0, m.algorithm.find(' '));
-    std::snprintf(line, sizeof line,
-                  "%-16s %-11s %8llu %6llu %8s %8s %8s %9s %-8s %9.1f %9.1f %7s %-10s  %s\n",
-                  printable(m.node, 16).c_str(), printable(m.status, 11).c_str(),
-                  static_cast<unsigned long long>(m.step), static_cast<unsigned long long>(m.round),
-                  num(m.loss, "%.4f").c_str(), num(m.eval_loss, "%.4f").c_str(),
-                  num(m.tokens_per_s, "%.0f").c_str(), num(m.last_sync_ms, "%.0f").c_str(),
-                  m.last_partner.empty() ? "-" : printable(m.last_partner, 8).c_str(),
-                  static_cast<double>(m.bytes_sent) / 1e6,
-                  static_cast<double>(m.bytes_received) / 1e6, num(m.round_s, "%.1f").c_str(),
-                  outer.empty() ? "-" : printable(outer, 10).c_str(),
-                  printable(m.address, 80).c_str());
-    s += line;
+    s +=
+        format("%-16s %-11s %8llu %6llu %8s %8s %8s %9s %-8s %9.1f %9.1f %7s %-10s  %s\n",
+               printable(m.node, 16).c_str(), printable(m.status, 11).c_str(),
+               static_cast<unsigned long long>(m.step), static_cast<unsigned long long>(m.round),
+               num(m.loss, "%.4f").c_str(), num(m.eval_loss, "%.4f").c_str(),
+               num(m.tokens_per_s, "%.0f").c_str(), num(m.last_sync_ms, "%.0f").c_str(),
+               m.last_partner.empty() ? "-" : printable(m.last_partner, 8).c_str(),
+               static_cast<double>(m.bytes_sent) / 1e6, static_cast<double>(m.bytes_received) / 1e6,
+               num(m.round_s, "%.1f").c_str(), outer.empty() ? "-" : printable(outer, 10).c_str(),
+               printable(m.address, 80).c_str());
     if (m.sync_total > 0) s += "    state sync: " + sync_progress_text(m) + "\n";
   }
   return s;

@@ -70,6 +70,26 @@ TEST(Status, AJoinersStateSyncShowsItsProgressRateAndTimeLeft) {
   EXPECT_EQ(sync_progress_text(m), "25% of 8.00 GB");
 }
 
+// Numbers a peer may send that are finite but absurd (1e300 MB/s, 2^64 bytes, a step of 2^64−1)
+// keep every member on one row: the fuzzer found a row cut short of its newline, and a sync rate
+// that overran the progress text's buffer.
+TEST(Status, HugeNumbersKeepOneRowPerMember) {
+  auto m = sample();
+  m.step = m.round = ~std::uint64_t{0};
+  m.loss = m.eval_loss = m.tokens_per_s = m.last_sync_ms = m.round_s = 1e300;
+  m.bytes_sent = m.bytes_received = ~std::uint64_t{0};
+  m.address = std::string(200, 'a');
+  m.sync_bytes = 1;
+  m.sync_total = ~std::uint64_t{0};
+  m.sync_rate = 1e300;
+  auto slow = m;
+  slow.sync_rate = 1e-300;  // centuries left
+  const auto table = status_table({m, slow, sample()});
+  EXPECT_EQ(std::count(table.begin(), table.end(), '\n'), 1 + 3 + 2) << table;
+  EXPECT_NE(table.find("1e+300"), std::string::npos) << table;
+  EXPECT_LT(table.size(), 2000u);
+}
+
 TEST(Status, HostileStringsCannotReachTheTerminal) {
   auto m = sample();
   m.status = "\x1b[2J\x1b[31mpwned\r";
