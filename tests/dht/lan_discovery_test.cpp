@@ -434,7 +434,8 @@ TEST_F(LanDiscoveryTest, SameSwarmFindEachOtherOtherSwarmIgnored) {
   std::cerr << "discovered each other in "
             << std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - ta).count()
             << " ms\n";
-  EXPECT_TRUE(a->published() && b->published());
+  // (A peer may browse b's record before b's own "established" callback has run: wait for it.)
+  EXPECT_TRUE(run_until(io_, [&] { return a->published() && b->published(); }));
 
   const LanPeer* pb = seen_a.find(hex_id('b'));
   EXPECT_TRUE(ends_with(pb->address, ":40002")) << pb->address;
