@@ -100,8 +100,8 @@ void RingAllGather::alone(Time) {
 std::span<const float> RingAllGather::own(std::size_t p) {
   const std::size_t lo = p * opts_.piece_values, len = piece_len(p);
   const auto piece = std::span<float>(input_).subspan(lo, len);
+  if (opts_.scale == 1.0f) return piece;
   for (; scaled_ <= p; ++scaled_) {
-    if (opts_.scale == 1.0f) continue;
     const auto q =
         std::span<float>(input_).subspan(scaled_ * opts_.piece_values, piece_len(scaled_));
     for (float& v : q) v *= opts_.scale;

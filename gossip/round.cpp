@@ -286,7 +286,7 @@ void RoundEngine::on_match(MatchResult m, Time now) {
       theta_.clear();
     } else {
       tensors->push_back(delta(0, {}));
-      tensors->push_back(copy_into(state_.phi, state_.phi.size(), opts_.floats));
+      tensors->push_back(copy_range(state_.phi, 0, state_.phi.size(), opts_.floats));
     }
     auto o = opts_.exchange;
     const auto bytes =
@@ -330,7 +330,7 @@ void RoundEngine::on_match(MatchResult m, Time now) {
     // The slow weights differ after NoLoCo rounds: average them once with the pseudo-gradient
     // (φ ‖ Δ in one tensor).
     const std::size_t n = state_.phi.size();
-    *input = average_phi_ ? delta(n, copy_into(state_.phi, 2 * n, opts_.floats))
+    *input = average_phi_ ? delta(n, copy_range(state_.phi, 0, n, opts_.floats, 2 * n))
                           : delta(0, {}, scale, slice_);
     // The previous all-reduce's result buffer is reused (its pages are already there).
     auto out = std::make_shared<optim::Floats>(std::move(spare_));

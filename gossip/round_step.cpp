@@ -178,12 +178,7 @@ void RoundEngine::put_back_error(optim::Floats part, optim::Floats& e) const {
   }
   const std::size_t lo = slice_.lo, hi = slice_.end(e.size());
   if (part.size() != hi - lo) return;  // (the all-gather gives back what it was given)
-  optim::by_fragments(lo, hi,
-                      [&](std::size_t a, std::size_t b) {
-                        std::copy(part.begin() + (a - lo), part.begin() + (b - lo), e.begin() + a);
-                        part.release(a - lo, b - lo);
-                      },
-                      {&e});
+  copy_values(part, 0, e, lo, hi - lo);
 }
 
 double RoundEngine::mean_norm_bound(const std::vector<NodeId>& ring, WireCodec codec,

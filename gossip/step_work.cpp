@@ -91,27 +91,21 @@ double norm_of(const optim::Floats& values, std::size_t offset, std::size_t n) {
   return std::sqrt(sum);
 }
 
-optim::Floats copy_range(const optim::Floats& from, std::size_t lo, std::size_t hi,
-                         const optim::FloatAllocator& alloc) {
-  auto into = optim::Floats::zeros(hi - lo, alloc);
-  optim::by_fragments(lo, hi,
+void copy_values(const optim::Floats& from, std::size_t from_lo, optim::Floats& into,
+                 std::size_t into_lo, std::size_t count) {
+  optim::by_fragments(from_lo, from_lo + count,
                       [&](std::size_t a, std::size_t b) {
-                        std::copy(from.begin() + a, from.begin() + b, into.begin() + (a - lo));
-                        into.release(a - lo, b - lo);
+                        std::copy(from.begin() + a, from.begin() + b,
+                                  into.begin() + (into_lo + a - from_lo));
+                        into.release(into_lo + a - from_lo, into_lo + b - from_lo);
                       },
                       {&from});
-  return into;
 }
 
-optim::Floats copy_into(const optim::Floats& from, std::size_t size,
-                        const optim::FloatAllocator& alloc) {
-  auto into = optim::Floats::zeros(size, alloc);
-  optim::by_fragments(from.size(),
-                      [&](std::size_t lo, std::size_t hi) {
-                        std::copy(from.begin() + lo, from.begin() + hi, into.begin() + lo);
-                        into.release(lo, hi);
-                      },
-                      {&from});
+optim::Floats copy_range(const optim::Floats& from, std::size_t lo, std::size_t hi,
+                         const optim::FloatAllocator& alloc, std::size_t size) {
+  auto into = optim::Floats::zeros(std::max(size, hi - lo), alloc);
+  copy_values(from, lo, into, 0, hi - lo);
   return into;
 }
 

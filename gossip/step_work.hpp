@@ -48,12 +48,14 @@ double norm_of(const optim::Floats& values, std::size_t offset, std::size_t n);
 double accumulate_error(const optim::Floats& phi, const optim::Floats& theta, optim::Floats& e,
                         float decay, float scale, const optim::FloatAllocator& alloc,
                         unsigned threads, Slice slice = {});
-/// from[lo, hi) copied into a new array made with `alloc`, a fragment at a time.
+/// from[from_lo, from_lo + count) copied to into[into_lo, ...), a fragment at a time (each
+/// released once copied).
+void copy_values(const optim::Floats& from, std::size_t from_lo, optim::Floats& into,
+                 std::size_t into_lo, std::size_t count);
+/// from[lo, hi) copied into the first values of a new array of max(size, hi − lo) values made
+/// with `alloc`.
 optim::Floats copy_range(const optim::Floats& from, std::size_t lo, std::size_t hi,
-                         const optim::FloatAllocator& alloc);
-/// `from` copied into the first values of a new array of `size` values made with `alloc`.
-optim::Floats copy_into(const optim::Floats& from, std::size_t size,
-                        const optim::FloatAllocator& alloc);
+                         const optim::FloatAllocator& alloc, std::size_t size = 0);
 
 /// DiLoCo-mode rounds whose members each send a compressed message (a ring all-gather,
 /// gossip/allgather.hpp) instead of all-reducing Δ in fp16: each member keeps an error buffer e

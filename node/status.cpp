@@ -1,9 +1,9 @@
 #include "node/status.hpp"
 
 #include <algorithm>
-#include <cstdarg>
-#include <cstdio>
-#include <cstring>
+#include <cmath>
+
+#include <spdlog/fmt/fmt.h>
 
 #include "transport/schema.hpp"
 
@@ -46,25 +46,12 @@ constexpr auto kStatusSchema = sc::record<StatusAnswer>(
                            sc::field("sync_rate", &MemberStatus::sync_rate, kNumber),
                            sc::field("algorithm", &MemberStatus::algorithm, kText)))));
 
-// printf into a string of whatever length the values need (a peer's numbers can be huge).
-[[gnu::format(printf, 1, 2)]] std::string format(const char* fmt, ...) {
-  va_list args, again;
-  va_start(args, fmt);
-  va_copy(again, args);
-  const int n = std::vsnprintf(nullptr, 0, fmt, args);
-  va_end(args);
-  std::string out(n > 0 ? static_cast<std::size_t>(n) : 0, '\0');
-  if (n > 0) std::vsnprintf(out.data(), out.size() + 1, fmt, again);
-  va_end(again);
-  return out;
-}
-
-// A number for the table: `fmt` (one double), or in %.3g when it would be long (a peer's
-// numbers are not trusted to be sane), "-" when absent.
-std::string num(double v, const char* fmt) {
+// A number for the table: `spec` (one double, fmt's syntax), or in {:.3g} when it would be long
+// (a peer's numbers are not trusted to be sane), "-" when absent.
+std::string num(double v, const char* spec) {
   if (!std::isfinite(v)) return "-";
-  std::string s = format(fmt, v);
-  return s.size() <= 12 ? s : format("%.3g", v);
+  std::string s = fmt::format(fmt::runtime(spec), v);
+  return s.size() <= 12 ? s : fmt::format("{:.3g}", v);
 }
 
 }  // namespace
@@ -95,20 +82,19 @@ std::string json_string(const std::string& s) {
 
 std::string json_number(double v) {
   if (!std::isfinite(v)) return "null";
-  char b[32];
-  std::snprintf(b, sizeof b, "%.6g", v);
-  return b;
+  return fmt::format("{:.6g}", v);
 }
 
 std::string sync_progress_text(const MemberStatus& m) {
   if (m.sync_total == 0) return "-";
   const double done = static_cast<double>(std::min(m.sync_bytes, m.sync_total));
   const double total = static_cast<double>(m.sync_total);
-  std::string s = format("%.0f%% of %.2f GB", 100.0 * done / total, total / 1e9);
+  std::string s = fmt::format("{:.0f}% of {:.2f} GB", 100.0 * done / total, total / 1e9);
   if (std::isfinite(m.sync_rate) && m.sync_rate > 0) {
     const double left_s = (total - done) / m.sync_rate;
-    s += " at " + num(m.sync_rate / 1e6, "%.1f") + " MB/s, ";
-    s += left_s < 120 ? format("%.0f s left", left_s) : num(left_s / 60, "%.0f") + " min left";
+    s += " at " + num(m.sync_rate / 1e6, "{:.1f}") + " MB/s, ";
+    s += left_s < 120 ? fmt::format("{:.0f} s left", left_s)
+                      : num(left_s / 60, "{:.0f}") + " min left";
   }
   return s;
 }
@@ -147,21 +133,21 @@ std::string status_json(const std::vector<MemberStatus>& members) {
 }
 
 std::string status_table(const std::vector<MemberStatus>& members) {
-  std::string s = format("%-16s %-11s %8s %6s %8s %8s %8s %9s %-8s %9s %9s %7s %-10s  %s\n", "node",
-                         "status", "step", "round", "loss", "eval", "tok/s", "sync ms", "partner",
-                         "sent MB", "recv MB", "round s", "outer", "address");
+  constexpr auto kRow =
+      "{:<16} {:<11} {:>8} {:>6} {:>8} {:>8} {:>8} {:>9} {:<8} {:>9} {:>9} {:>7} {:<10}  {}\n";
+  std::string s =
+      fmt::format(kRow, "node", "status", "step", "round", "loss", "eval", "tok/s", "sync ms",
+                  "partner", "sent MB", "recv MB", "round s", "outer", "address");
   for (const auto& m : members) {
     const std::string outer = m.algorithm.substr(0, m.algorithm.find(' '));
-    s +=
-        format("%-16s %-11s %8llu %6llu %8s %8s %8s %9s %-8s %9.1f %9.1f %7s %-10s  %s\n",
-               printable(m.node, 16).c_str(), printable(m.status, 11).c_str(),
-               static_cast<unsigned long long>(m.step), static_cast<unsigned long long>(m.round),
-               num(m.loss, "%.4f").c_str(), num(m.eval_loss, "%.4f").c_str(),
-               num(m.tokens_per_s, "%.0f").c_str(), num(m.last_sync_ms, "%.0f").c_str(),
-               m.last_partner.empty() ? "-" : printable(m.last_partner, 8).c_str(),
-               static_cast<double>(m.bytes_sent) / 1e6, static_cast<double>(m.bytes_received) / 1e6,
-               num(m.round_s, "%.1f").c_str(), outer.empty() ? "-" : printable(outer, 10).c_str(),
-               printable(m.address, 80).c_str());
+    s += fmt::format(kRow, printable(m.node, 16), printable(m.status, 11), m.step, m.round,
+                     num(m.loss, "{:.4f}"), num(m.eval_loss, "{:.4f}"),
+                     num(m.tokens_per_s, "{:.0f}"), num(m.last_sync_ms, "{:.0f}"),
+                     m.last_partner.empty() ? "-" : printable(m.last_partner, 8),
+                     fmt::format("{:.1f}", static_cast<double>(m.bytes_sent) / 1e6),
+                     fmt::format("{:.1f}", static_cast<double>(m.bytes_received) / 1e6),
+                     num(m.round_s, "{:.1f}"), outer.empty() ? "-" : printable(outer, 10),
+                     printable(m.address, 80));
     if (m.sync_total > 0) s += "    state sync: " + sync_progress_text(m) + "\n";
   }
   return s;

@@ -211,8 +211,8 @@ void Loop::execute(const Action& a) {
       s_.round->join(P_);
       return;
     case Kind::load_phi: {
-      // (A slice only when θ came back from the engine as submitted: on_report.)
-      const bool whole = theta_.size() != P_ || a.slice.whole(P_);
+      // (A slice only when the round's report gave θ back whole, as submitted: the engine's rule.)
+      const bool whole = a.slice.whole(P_);
       if (theta_.size() != P_) theta_ = optim::Floats::zeros(P_, s_.floats);
       const std::size_t from = whole ? 0 : a.slice.lo, to = whole ? P_ : a.slice.end(P_);
       over_phi([&](const gossip::RoundEngine& e, std::size_t lo, std::size_t hi) {
@@ -369,10 +369,7 @@ void Loop::on_report(gossip::RoundReport r) {
   const bool counted =
       started_ && r.kind != gossip::RoundReport::Kind::sync_failed && !ctl_.leaving();
   // θ went to the round engine with the last submit; its buffer (pages mapped) comes back.
-  if (r.spare.size() == P_)
-    theta_ = std::move(r.spare);
-  else
-    r.slice = {};  // θ is not the one submitted: all of it from φ
+  if (r.spare.size() == P_) theta_ = std::move(r.spare);
   ctl_.on_report(r, now_ms());
   if (!counted) return;
   // The controller's actions (θ from the new φ, the checkpoint) run before the lines that tell

@@ -421,12 +421,12 @@ int run_scale(const Args& a, const std::string& out) {
   const double minutes = a.num("minutes", 5);
   const std::string mode_s = a.str("outer", "noloco");
   Outer outer = parse_outer(mode_s);
-  const std::uint32_t h = hh >= 1 ? read_fragments(a, outer, hh) : 0;  // a round's inner steps
   for (double n : ns)
     if (n < 2 || n != std::floor(n) || n > 4096)
       throw std::invalid_argument("--nodes: whole numbers in 2..4096");
-  if (h < 1 || join_minutes < 0 || minutes < 0.5)
+  if (hh < 1 || join_minutes < 0 || minutes < 0.5)
     throw std::invalid_argument("scale: need inner-steps >= 1, join-minutes >= 0, minutes >= 0.5");
+  const std::uint32_t h = read_fragments(a, outer, hh);  // a round's inner steps
   std::printf(
       "scale: %s, H = %u (%zu fragment(s)), nodes join over %.1f min then train %.1f min, %s "
       "links, quadratic\n",
