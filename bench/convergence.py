@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Convergence of the default workload: N grove-node processes averaging with each outer
 algorithm and wire form (NoLoCo; DiLoCo with fp32, fp16 or E3M0 messages; SparseLoCo with fp32 or
-2-bit values; DiLoCo and SparseLoCo in --fragments streaming fragments), and one node running
+2-bit values; DiLoCo and SparseLoCo in --fragments streaming fragments; NoLoCo's compressed pairs,
+which average 1/F of the model a round), and one node running
 N x the steps, on loopback. Eval loss against compute (inner
 steps summed over the nodes) and against bytes sent (summed over the nodes).
 
@@ -97,19 +98,24 @@ CONFIGS = {
     # Streaming fragments (--fragments F of this script): a round every H/F steps syncs 1/F.
     "diloco-fragments": ["--outer", "diloco", "--fragments", "{F}"],
     "sparseloco-fragments": ["--outer", "sparseloco", "--fragments", "{F}"],
+    # Compressed NoLoCo pairs: a round every H steps as NoLoCo's (inner steps H x F), in which a
+    # pair averages 1/F of the model (drawn from its window) and the rest takes the local step.
+    "noloco-fragments": ["--outer", "noloco", "--fragments", "{F}", "--inner-steps", "{HF}"],
     "single": None,  # --single-outer
 }
 
 
 def outer_args(a, name):
-    return [str(a.fragments) if x == "{F}" else x for x in CONFIGS[name]]
+    subst = {"{F}": str(a.fragments), "{HF}": str(a.inner_steps * a.fragments)}
+    return [subst.get(x, x) for x in CONFIGS[name]]
 
 
 def run_config(a, binary, name, outer, nodes, steps, logroot):
     logdir = nb.fresh_dir(os.path.join(logroot, name))
     sd = nb.statedir(a.keep_state)
-    run_args = ["--workload", a.workload, "--model-size", a.model_size, "--seed", str(a.seed),
-                "--inner-steps", str(a.inner_steps), "--batch", str(a.batch),
+    inner = [] if "--inner-steps" in outer else ["--inner-steps", str(a.inner_steps)]
+    run_args = ["--workload", a.workload, "--model-size", a.model_size, "--seed", str(a.seed)] + inner + [
+                "--batch", str(a.batch),
                 "--seq-len", str(a.seq_len), "--lr", a.lr, "--warmup", str(a.warmup),
                 "--schedule-steps", str(steps)] + outer + [
                 "--window-ms", str(a.window_ms), "--eval-every", str(a.eval_every),
@@ -191,11 +197,13 @@ LABELS = {"noloco": "{n} nodes NoLoCo", "diloco": "{n} nodes DiLoCo",
           "sparseloco-nesterov": "{n} nodes SparseLoCo + Nesterov",
           "diloco-fragments": "{n} nodes DiLoCo, {F} fragments",
           "sparseloco-fragments": "{n} nodes SparseLoCo, {F} fragments",
+          "noloco-fragments": "{n} nodes NoLoCo, pairs average 1/{F}",
           "single": "1 node, {f}x steps"}
 COLORS = {"noloco": "tab:blue", "diloco": "tab:orange", "single": "tab:green",
           "diloco-fp32": "tab:red", "diloco-e3m0": "tab:purple", "sparseloco": "tab:brown",
           "sparseloco-2bit": "tab:pink", "sparseloco-nesterov": "tab:olive",
-          "diloco-fragments": "tab:cyan", "sparseloco-fragments": "tab:gray"}
+          "diloco-fragments": "tab:cyan", "sparseloco-fragments": "tab:gray",
+          "noloco-fragments": "tab:olive"}
 
 
 def plot(path, curves, finals, floor, title, labels):
@@ -379,6 +387,12 @@ def main():
         if c != a.reference:
             last.append(f"{c} {ratio:.1f}x {gap:+.2f}%")
     print(nb.table(out, hdr))
+    pairs = summ.get("noloco")
+    if pairs and "noloco-fragments" in summ and pairs["round_bytes"]:
+        s = summ["noloco-fragments"]
+        print(f"compressed NoLoCo against NoLoCo: {pairs['round_bytes'] / s['round_bytes']:.1f}x "
+              f"fewer bytes a round ({s['round_bytes'] / s['params']:.3f} bytes a parameter), "
+              f"final eval {100.0 * (s['final_mean'] / pairs['final_mean'] - 1.0):+.2f}%")
     print("convergence-bytes: " + " ".join(last))
     return 0
 

@@ -16,6 +16,10 @@ Rules compared (bytes a member sends a round, per parameter):
   rand p%      no compression: a pair averages θ on a random p% of the values (a mask both draw
                from the round's seed, so no indices travel), fp16 values, NoLoCo's step there and
                the local-only step (m = α·m − β·Δ) elsewhere (p/100 · 2)
+  rot p%       the same on a contiguous fragment, fragment r mod (100/p) in round r (grove-node's
+               --fragments for NoLoCo draws the fragment from the pair's window instead)
+  stream p%    as rot, but outside the fragment φ and m stay and θ goes on training (Streaming
+               DiLoCo's rule for the fragments not synchronised)
 
 Prints one line per rule: final mean held-out loss over the replicas, its gap to dense NoLoCo's,
 the replicas' RMS spread, and the bytes; the last line
@@ -39,6 +43,12 @@ def parse():
     ap.add_argument("--every", default="8,32,0", help="K values; 0: no consensus")
     ap.add_argument("--random", default="5,2,20",
                     help="rand rules: percent of the values a pair averages (a shared mask)")
+    ap.add_argument("--rotate", default="5,20",
+                    help="rot rules: percent of the values averaged, a contiguous fragment that "
+                    "turns round by round (the same for every pair)")
+    ap.add_argument("--stream", default="5,20",
+                    help="stream rules: as rot, but φ and m stay and θ goes on outside the "
+                    "fragment (Streaming DiLoCo's fragments)")
     return ap.parse_args()
 
 
@@ -94,12 +104,13 @@ def run(rule, seed, a):
     m = [torch.zeros_like(p0) for _ in range(R)]
     e = [torch.zeros_like(p0) for _ in range(R)]
     opt_state = [None] * R
+    theta_keep = [None] * R  # streaming rules: θ outside the synced fragment goes on
     alpha, beta, gamma = 0.5, 0.7, 0.7
     kind, k, every = rule
     for rnd in range(a.rounds):
         thetas = []
         for i in range(R):
-            th = phi[i].clone().requires_grad_(True)
+            th = (phi[i] if theta_keep[i] is None else theta_keep[i]).clone().requires_grad_(True)
             opt = torch.optim.AdamW([th], lr=3e-3, weight_decay=0.0)
             if opt_state[i] is not None:
                 opt.load_state_dict(opt_state[i])
@@ -121,12 +132,27 @@ def run(rule, seed, a):
                     m[i] = alpha * m[i] + beta * (mean_theta - phi[i])
                     new_phi[i] = phi[i] + m[i]
                 continue
-            if kind == "rand":
+            if kind in ("rand", "rot", "stream"):
                 # The pair's shared mask (both draw it from the round's seed): NoLoCo's step on
                 # the masked values (their θ sent in fp16), the local-only step elsewhere.
-                mg = torch.Generator().manual_seed(seed * 100003 + rnd * 1009 + pair[0])
-                mask = (torch.rand(p0.numel(), generator=mg) < k / 1000.0).float()
+                if kind == "rand":
+                    mg = torch.Generator().manual_seed(seed * 100003 + rnd * 1009 + pair[0])
+                    mask = (torch.rand(p0.numel(), generator=mg) < k / 1000.0).float()
+                else:  # rot, stream: fragment rnd mod F of F contiguous ones, the same for every pair
+                    F = round(1000 / k)
+                    n = p0.numel()
+                    f = rnd % F
+                    mask = torch.zeros(n)
+                    mask[f * n // F:(f + 1) * n // F] = 1.0
                 mean_theta = sum(thetas[i] for i in pair) / len(pair)
+                if kind == "stream":
+                    # Streaming (as Streaming DiLoCo's fragments): NoLoCo's step on the fragment
+                    # (its Δ gathered over F rounds), φ and m unchanged elsewhere, where θ goes on.
+                    for i in pair:
+                        m[i] = mask * (alpha * m[i] + beta * (mean_theta - phi[i])) + (1 - mask) * m[i]
+                        new_phi[i] = phi[i] + mask * m[i]
+                        theta_keep[i] = mask * new_phi[i] + (1 - mask) * thetas[i]
+                    continue
                 for i in pair:
                     avg = beta * (mean_theta - phi[i])
                     own = -beta * (phi[i] - thetas[i])
@@ -159,7 +185,7 @@ def bytes_per_param(rule, chunk):
     kind, k, every = rule
     if kind == "dense":
         return 2.0
-    if kind == "rand":
+    if kind in ("rand", "rot", "stream"):
         return k / 1000.0 * 2
     return k / chunk * 6 + (2.0 / every if every else 0.0)
 
@@ -168,8 +194,8 @@ def name(rule):
     kind, k, every = rule
     if kind == "dense":
         return "dense"
-    if kind == "rand":
-        return f"rand{k / 10:g}%"
+    if kind in ("rand", "rot", "stream"):
+        return f"{kind}{k / 10:g}%"
     return f"cΔ{k}/" + (str(every) if every else "none")
 
 
@@ -177,7 +203,9 @@ def main():
     a = parse()
     rules = ([("dense", 0, 0)] + [("c", int(k), int(K)) for k in a.topk.split(",") if int(k)
                                   for K in a.every.split(",")] +
-             [("rand", int(float(r) * 10), 0) for r in a.random.split(",") if r])
+             [("rand", int(float(r) * 10), 0) for r in a.random.split(",") if r] +
+             [("rot", int(float(r) * 10), 0) for r in a.rotate.split(",") if r] +
+             [("stream", int(float(r) * 10), 0) for r in a.stream.split(",") if r])
     results = {}
     for rule in rules:
         ls, ss = [], []

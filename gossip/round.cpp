@@ -133,9 +133,9 @@ void RoundEngine::submit(optim::Floats theta, Time now) {
   error_has_delta_ = round_mode_ == OuterMode::diloco && !entering_diloco_ && opts_.compressed;
   delta_norm_ = std::numeric_limits<double>::quiet_NaN();
   // Streaming fragments: this round's part of φ (every member of a group is at its round).
+  fragment_ = state_.round % std::max<std::size_t>(opts_.fragments, 1);
   slice_ = round_mode_ == OuterMode::diloco && !entering_diloco_
-               ? slice_of(state_.phi.size(), std::max<std::size_t>(opts_.fragments, 1),
-                          state_.round % std::max<std::size_t>(opts_.fragments, 1))
+               ? slice_of(state_.phi.size(), std::max<std::size_t>(opts_.fragments, 1), fragment_)
                : Slice{};
   if (round_mode_ == OuterMode::diloco && !entering_diloco_) {
     auto w = std::make_shared<StepWork>();
@@ -279,7 +279,16 @@ void RoundEngine::on_match(MatchResult m, Time now) {
       start.addresses.emplace(id, it->second);
   if (!diloco) {
     auto tensors = std::make_shared<std::vector<optim::Floats>>();
-    if (opts_.noloco.one_tensor()) {
+    // Fragments: the pair averages one of them, drawn from the window (both know it; the
+    // rest takes the local-only step). Our θ stays here for that.
+    draw_noloco_fragment(m.window);
+    if (!slice_.whole(state_.phi.size())) {
+      const std::size_t lo = slice_.lo, hi = slice_.end(state_.phi.size());
+      tensors->push_back(opts_.noloco.one_tensor() ? copy_range(theta_, lo, hi, opts_.floats)
+                                                   : delta(0, {}, 1.0f, slice_));
+      if (!opts_.noloco.one_tensor())
+        tensors->push_back(copy_range(state_.phi, lo, hi, opts_.floats));
+    } else if (opts_.noloco.one_tensor()) {
       // θ moves into the exchange (its mean, ours alone when nobody completes, is what the step
       // takes): one model-sized copy less while the exchange runs.
       tensors->push_back(std::move(theta_));
@@ -289,8 +298,8 @@ void RoundEngine::on_match(MatchResult m, Time now) {
       tensors->push_back(copy_range(state_.phi, 0, state_.phi.size(), opts_.floats));
     }
     auto o = opts_.exchange;
-    const auto bytes =
-        exchange_wire_bytes(o.codec, tensors->size() * state_.phi.size(), m.group.size() - 1);
+    const auto bytes = exchange_wire_bytes(
+        o.codec, tensors->size() * slice_.size(state_.phi.size()), m.group.size() - 1);
     // Between two messages of a partner, a message from each of the others may arrive.
     o.chunk_timeout = op_deadlines_.silence_for(
         exchange_wire_bytes(o.codec, o.chunk_values, m.group.size() - 1), o.chunk_timeout, bytes);
@@ -350,6 +359,17 @@ void RoundEngine::on_match(MatchResult m, Time now) {
     };
   }
   run_op(std::move(start), m.group, std::move(r), now);
+}
+
+void RoundEngine::draw_noloco_fragment(std::uint64_t window) {
+  const std::size_t f = std::max<std::size_t>(opts_.fragments, 1);
+  // splitmix64 of the window: consecutive windows draw unrelated fragments.
+  std::uint64_t z = window + 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  z ^= z >> 31;
+  fragment_ = static_cast<std::size_t>(z % f);
+  slice_ = slice_of(state_.phi.size(), f, fragment_);
 }
 
 void RoundEngine::run_op(StartOp start, const std::vector<NodeId>& group, RoundReport r, Time now) {

@@ -71,8 +71,10 @@ struct RoundOptions {
   std::optional<CompressedRounds> compressed;
   /// Streaming fragments (gossip/slice.hpp): a DiLoCo-mode round r averages and steps fragment
   /// r mod `fragments` of φ only (its Δ, or its part of the error buffer); rounds that average
-  /// φ, and NoLoCo rounds, take all of it. The report names the slice (RoundReport::slice): the
-  /// driver loads only that part of θ from φ. 1: every round takes all of φ.
+  /// φ take all of it. The report names the slice (RoundReport::slice): the driver loads only
+  /// that part of θ from φ. A NoLoCo pair exchanges and averages one fragment, drawn from the
+  /// matchmaking window (both members draw the same), and takes the local-only step on the rest
+  /// (all of φ changes). 1: every round averages all of φ.
   std::size_t fragments = 1;
   OpDeadlineOptions op_deadline;
   MatchOptions match;            ///< group_size and same_round are set per mode
@@ -149,6 +151,9 @@ struct RoundReport {
   /// round: the part of φ the step changed (a streaming fragment; all of it by default), the part
   /// of θ the next inner phase takes from φ (the rest goes on from the θ submitted: the spare).
   Slice slice;
+  /// round, with RoundOptions::fragments > 1: the fragment the group averaged (0-based; DiLoCo:
+  /// round mod fragments, NoLoCo: drawn from the window)
+  std::size_t fragment = 0;
   std::string note;
   /// A φ-sized buffer the engine is done with (the θ it was given, or the exchange's mean made
   /// in it), for the driver's next θ: its pages are already mapped (empty when there is none).
@@ -375,6 +380,9 @@ class RoundEngine {
   }
   /// The part of φ this round averages and steps (RoundOptions::fragments).
   Slice slice_ = {};
+  std::size_t fragment_ = 0;  ///< its index
+  /// NoLoCo with fragments: the one a pair matched in `window` averages (slice_, fragment_ set).
+  void draw_noloco_fragment(std::uint64_t window);
   /// Compressed rounds with fragments: the all-gather's input (our error buffer's slice) back
   /// into the error buffer `e`; without, the buffer itself.
   void put_back_error(optim::Floats part, optim::Floats& e) const;

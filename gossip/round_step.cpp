@@ -123,7 +123,13 @@ void RoundEngine::on_op_finished(std::unique_ptr<Protocol> p, Time now) {
     // the report's spare.
     auto mean = ex->take_mean();
     auto w = step_work(StepWork::Kind::noloco_mean);
-    w->theta = std::move(mean.at(0));
+    // (φ went with the job: its size is the job's.)
+    if (!slice_.whole(w->state.phi.size())) {  // fragments: θ (ours) came with step_work
+      w->slice = slice_;
+      w->mean = std::move(mean.at(0));
+    } else {
+      w->theta = std::move(mean.at(0));
+    }
     if (!opts_.noloco.one_tensor()) w->phi_mean = std::move(mean.at(1));
     return finish_round(std::move(r), std::move(w));
   }
@@ -250,6 +256,7 @@ void RoundEngine::on_step_done(std::uint64_t seq, Time now) {
   // The part of θ to take from φ: the step's slice, when θ comes back to the driver whole.
   const bool stepped = w->kind == StepWork::Kind::local || w->kind == StepWork::Kind::diloco_ring;
   r.slice = stepped && r.spare.size() == state_.phi.size() ? w->slice : Slice{};
+  r.fragment = fragment_;
   synced_into_round_ = false;
   r.sync_time = now - submitted_;
   round_time_ = inner_ + r.sync_time;

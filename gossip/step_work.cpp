@@ -134,6 +134,24 @@ void StepWork::run() {
     if (v.size() < len) v.resize(std::min(n, optim::kFragment));
     return std::span(v).first(len);
   };
+  // NoLoCo's local-only step over [a, b): the mean is ours (θ, or Δ and φ).
+  const auto noloco_local = [&](std::size_t a, std::size_t b) {
+    optim::by_fragments(
+        a, b,
+        [&](std::size_t lo, std::size_t hi) {
+          if (noloco.one_tensor()) {
+            optim::noloco_step_theta(part(phi, lo, hi), part(m, lo, hi), part(theta, lo, hi),
+                                     noloco, threads);
+            return;
+          }
+          auto d = frag(scratch, hi - lo);
+          optim::pseudo_gradient(part(phi, lo, hi), part(theta, lo, hi), d, threads);
+          auto phi0 = frag(scratch2, hi - lo);
+          std::copy(phi.begin() + lo, phi.begin() + hi, phi0.begin());
+          optim::noloco_step(part(phi, lo, hi), part(m, lo, hi), d, phi0, noloco, threads);
+        },
+        {&phi, &m, &theta});
+  };
   switch (kind) {
     case Kind::prepare:
       norm = compressed ? accumulate_error(phi, theta, state.error, compressed->decay, 1.0f, alloc,
@@ -147,49 +165,65 @@ void StepWork::run() {
       hashed = true;
       break;
     case Kind::local:
-      if (mode == OuterMode::noloco && noloco.one_tensor()) {
+      if (mode == OuterMode::noloco) {
+        noloco_local(0, n);
+        break;
+      }
+      optim::by_fragments(
+          sa, sb,
+          [&](std::size_t lo, std::size_t hi) {
+            auto d = frag(scratch, hi - lo);
+            if (flush) {  // a lone member of compressed rounds: its whole error buffer
+              std::copy(e.begin() + lo, e.begin() + hi, d.begin());
+              std::fill(e.begin() + lo, e.begin() + hi, 0.0f);
+            } else {
+              optim::pseudo_gradient(part(phi, lo, hi), part(theta, lo, hi), d, threads);
+            }
+            optim::diloco_step(part(phi, lo, hi), part(m, lo, hi), d, diloco, threads);
+          },
+          {&phi, &m, &theta, &e});
+      break;
+    case Kind::noloco_mean: {
+      // With a slice (fragments): the pair's means over [sa, sb), ours elsewhere.
+      const bool sliced = !slice.whole(n);
+      if (sliced && (mean.size() != sb - sa ||
+                     (!noloco.one_tensor() && phi_mean.size() != sb - sa) || theta.size() != n)) {
+        error = "the pair's mean has " + std::to_string(mean.size()) + " values, not " +
+                std::to_string(sb - sa);
+        break;
+      }
+      if (sliced && noloco.one_tensor()) {  // θ with the pair's mean over the slice: one step
+        copy_values(mean, 0, theta, sa, sb - sa);
+        mean = {};
+      }
+      if (!sliced || noloco.one_tensor()) {
         optim::by_fragments(n,
                             [&](std::size_t lo, std::size_t hi) {
-                              optim::noloco_step_theta(part(phi, lo, hi), part(m, lo, hi),
-                                                       part(theta, lo, hi), noloco, threads);
+                              if (noloco.one_tensor())
+                                optim::noloco_step_theta(part(phi, lo, hi), part(m, lo, hi),
+                                                         part(theta, lo, hi), noloco, threads);
+                              else
+                                optim::noloco_step(part(phi, lo, hi), part(m, lo, hi),
+                                                   part(theta, lo, hi), part(phi_mean, lo, hi),
+                                                   noloco, threads);
                             },
-                            {&phi, &m, &theta});
-      } else {
-        const bool sliced = mode == OuterMode::diloco;
-        optim::by_fragments(
-            sliced ? sa : 0, sliced ? sb : n,
-            [&](std::size_t lo, std::size_t hi) {
-              auto d = frag(scratch, hi - lo);
-              if (flush) {  // a lone member of compressed rounds: its whole error buffer
-                std::copy(e.begin() + lo, e.begin() + hi, d.begin());
-                std::fill(e.begin() + lo, e.begin() + hi, 0.0f);
-              } else {
-                optim::pseudo_gradient(part(phi, lo, hi), part(theta, lo, hi), d, threads);
-              }
-              if (mode == OuterMode::diloco) {
-                optim::diloco_step(part(phi, lo, hi), part(m, lo, hi), d, diloco, threads);
-              } else {
-                auto phi0 = frag(scratch2, hi - lo);
-                std::copy(phi.begin() + lo, phi.begin() + hi, phi0.begin());
-                optim::noloco_step(part(phi, lo, hi), part(m, lo, hi), d, phi0, noloco, threads);
-              }
-            },
-            {&phi, &m, &theta, &e});
+                            {&phi, &m, &theta, &phi_mean});
+        break;
       }
-      break;
-    case Kind::noloco_mean:
-      optim::by_fragments(n,
+      // β ≠ γ with a slice: the means of Δ and φ over it, the local-only step around it.
+      noloco_local(0, sa);
+      optim::by_fragments(sa, sb,
                           [&](std::size_t lo, std::size_t hi) {
-                            if (noloco.one_tensor())
-                              optim::noloco_step_theta(part(phi, lo, hi), part(m, lo, hi),
-                                                       part(theta, lo, hi), noloco, threads);
-                            else
-                              optim::noloco_step(part(phi, lo, hi), part(m, lo, hi),
-                                                 part(theta, lo, hi), part(phi_mean, lo, hi),
-                                                 noloco, threads);
+                            optim::noloco_step(part(phi, lo, hi), part(m, lo, hi),
+                                               part(mean, lo - sa, hi - sa),
+                                               part(phi_mean, lo - sa, hi - sa), noloco, threads);
+                            mean.release(lo - sa, hi - sa);
+                            phi_mean.release(lo - sa, hi - sa);
                           },
-                          {&phi, &m, &theta, &phi_mean});
+                          {&phi, &m});
+      noloco_local(sb, n);
       break;
+    }
     case Kind::parse: {
       auto s = blob ? load_state(*blob, max_values, alloc) : std::nullopt;
       if (!s) {
@@ -298,6 +332,7 @@ void StepWork::run() {
       break;
   }
   phi_mean = {};
+  mean = {};
   if (!hashed) hash = weights_hash(phi);
   if (!store) {
     blob = nullptr;

@@ -104,9 +104,13 @@ struct StepWork {
   /// prepare, local and diloco_ring in DiLoCo mode: the values the round takes (a streaming
   /// fragment; `ring` then holds that many, mean φ ‖ mean Δ always all of them); the rest of φ,
   /// the momentum and the error buffer stay as they are.
+  /// noloco_mean: the values the pair averaged (NoLoCo with fragments): `mean` and `phi_mean`
+  /// hold that many, `theta` is ours, whole, and the other values take the local-only step.
   Slice slice;
-  optim::Floats theta;       ///< local: θ; noloco_mean: the mean of θ, or of Δ (β ≠ γ)
-  optim::Floats phi_mean;    ///< noloco_mean with β ≠ γ: the mean of φ
+  /// local: θ; noloco_mean: the mean of θ, or of Δ (β ≠ γ); with a slice, our θ
+  optim::Floats theta;
+  optim::Floats mean;        ///< noloco_mean with a slice: the mean of θ (or of Δ) over it
+  optim::Floats phi_mean;    ///< noloco_mean with β ≠ γ: the mean of φ (over the slice)
   optim::Floats ring;        ///< diloco_ring: the result, kept for the next all-reduce
   bool average_phi = false;  ///< diloco_ring: the result is mean φ ‖ mean Δ
   optim::NoLoCoConfig noloco;

@@ -298,8 +298,9 @@ Run config (only with --bootstrap; fixed for the run, joiners take it from the s
   --topk-chunk N          SparseLoCo: chunk of the top-k, a power of two (default 4096)
   --topk-bits 32|2        SparseLoCo: bits per value sent (default 32; 2: a scale per chunk)
   --error-decay X         SparseLoCo: error buffer decay per round (default 0.95)
-  --fragments F           DiLoCo/SparseLoCo: streaming fragments, 1 to 64 dividing --inner-steps
-                          (default 1): a round every H/F steps syncs 1/F of the model in turn
+  --fragments F           1 to 64 dividing --inner-steps (default 1): a round every H/F steps
+                          syncs 1/F of the model (DiLoCo/SparseLoCo: each in turn; NoLoCo: a
+                          pair averages one drawn at random, the rest takes the local step)
   --noloco-alpha X        NoLoCo momentum (default 0.5)
   --noloco-beta X         NoLoCo step on the averaged pseudo-gradient (default 0.7)
   --noloco-gamma X        NoLoCo pull toward the partners' slow weights (default 0.7)
@@ -466,8 +467,6 @@ CliOptions parse_cli(int argc, const char* const* argv) {
     if (o.bootstrap && !o.data.empty()) o.config.data = DataKind::files;
     if (o.config.warmup > o.config.schedule_steps)
       throw CliError("--warmup must not exceed --schedule-steps");
-    if (o.bootstrap && o.overlap && o.config.fragments > 1)
-      throw CliError("--overlap: not with --fragments (a round hands back one fragment of θ)");
   }
   return o;
 }

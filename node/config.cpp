@@ -225,8 +225,6 @@ std::string RunConfig::check() const {
   if (topk_bits != 32 && topk_bits != 2) return "top-k value bits: 32 or 2";
   if (!in(error_decay, 0, 1)) return "error decay: 0 to 1";
   if (!in(fragments, 1, 64)) return "fragments: 1 to 64";
-  if (fragments > 1 && outer != OuterMode::diloco)
-    return "fragments: DiLoCo and SparseLoCo only (NoLoCo rounds average all of θ)";
   if (inner_steps % fragments != 0)
     return "fragments: must divide the inner steps (" + std::to_string(inner_steps) +
            "): a round every inner_steps / fragments steps";

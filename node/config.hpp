@@ -75,10 +75,12 @@ struct RunConfig {
   std::uint32_t topk_chunk = 4096;
   std::uint32_t topk_bits = 32;
   float error_decay = 0.95f;
-  /// Streaming fragments (DiLoCo and SparseLoCo, gossip/slice.hpp): the parameters cut into
-  /// `fragments` parts; a round every inner_steps / fragments inner steps averages and steps one
-  /// of them in turn, so each part is synchronised every inner_steps steps, at its own offset,
-  /// and a sync sends and holds ~1/fragments of the model. 1: whole-model rounds.
+  /// Fragments (gossip/slice.hpp): the parameters cut into `fragments` parts; a round every
+  /// inner_steps / fragments inner steps averages one of them, so a sync sends and holds
+  /// ~1/fragments of the model. DiLoCo and SparseLoCo (streaming): each part in turn, stepped
+  /// alone, synchronised every inner_steps steps at its own offset. NoLoCo (compressed pairs): a
+  /// pair averages a part drawn from its window; the rest takes the local-only step. 1: whole-model
+  /// rounds.
   std::uint32_t fragments = 1;
   /// Inner steps between two rounds: inner_steps / fragments.
   std::uint32_t phase_steps() const { return inner_steps / std::max<std::uint32_t>(fragments, 1); }

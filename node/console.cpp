@@ -120,9 +120,9 @@ void Console::summary(const Tally& t, const Outcome& o) {
     const auto& h = *o.handoff;
     std::printf(
         "  trainer   %.1f MB of parameters; the node took them %llu time(s), %.1f ms each, gave "
-        "them %llu time(s), %.1f ms each; a memcpy of the same bytes: %.1f ms\n",
+        "them %llu time(s), %.1f ms and %.1f MB each; a memcpy of the same bytes: %.1f ms\n",
         h.bytes / 1e6, ull(h.gets), ms_each(h.get_s, h.gets), ull(h.sets), ms_each(h.set_s, h.sets),
-        1e3 * h.memcpy_s);
+        h.sets ? h.set_bytes / 1e6 / static_cast<double>(h.sets) : 0.0, 1e3 * h.memcpy_s);
   }
   using transport::Reachability;
   std::printf(

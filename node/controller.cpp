@@ -204,9 +204,11 @@ void Controller::on_report(const Report& r, Time now) {
   if (is_round) unpaired_ = r.averaged_with.empty() ? unpaired_ + 1 : 0;
   if (is_round) last_sync_ = r.sync_time;
   if (opts_.overlap && is_round && (training_ || waiting_)) {
-    // θ was trained on meanwhile: pulled toward the new slow weights.
+    // θ was trained on meanwhile: pulled toward the new slow weights (of a round of one
+    // streaming fragment: that part of θ only).
     Action a{Kind::mix};
     a.alpha = opts_.mix_alpha;
+    a.slice = r.slice;
     push(std::move(a));
   } else {
     // Without overlap, or after catching up (a phase trained on the old φ is lost): start from

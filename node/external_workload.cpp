@@ -55,8 +55,11 @@ struct ExternalWorkload::Impl {
   // the θ it trained last (its parameters live there, or its last store).
   bool have_theta = false;
   bool pending_load = false;  // shared memory holds a θ the trainer has not loaded yet
-  bool stored_once = false;   // the attached trainer has stored θ at least once
-  bool save_due = false;      // a checkpoint was written: the trainer saves its own state
+  // ...in [load_lo, load_hi) (the rest is the trainer's θ already), or all of it
+  std::size_t load_lo = 0;
+  std::optional<std::size_t> load_hi;
+  bool stored_once = false;  // the attached trainer has stored θ at least once
+  bool save_due = false;     // a checkpoint was written: the trainer saves its own state
   double loss_sum = 0, eval_loss = NAN, last_value = NAN;
   Handoff stats;
   std::size_t losses = 0;
@@ -205,7 +208,11 @@ struct ExternalWorkload::Impl {
   void welcome() {
     // A trainer that attaches mid-run starts from the θ in shared memory: the node's latest, or
     // the one its previous trainer trained last.
-    if (have_theta) pending_load = true;
+    if (have_theta) {
+      pending_load = true;
+      load_lo = 0;
+      load_hi.reset();
+    }
     if (!send(conn,
               encode_welcome(o.shm_name, params * sizeof(float), run_name, run, o.state_file))) {
       drop("went away before its welcome");
@@ -318,7 +325,7 @@ namespace {
 // segment, which the trainer maps): θ is the trainer's memory, not the node's. The node's side
 // is handed back too when it is paged (`side`, optim/floats.hpp).
 void copy_released(float* dst, const float* src, std::size_t n, float* shm,
-                   const optim::Floats* side = nullptr) {
+                   const optim::Floats* side = nullptr, std::size_t side_at = 0) {
   static const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
   for (std::size_t lo = 0; lo < n; lo += optim::kFragment) {
     const std::size_t len = std::min(optim::kFragment, n - lo);
@@ -327,7 +334,7 @@ void copy_released(float* dst, const float* src, std::size_t n, float* shm,
     const std::uintptr_t a = (base + lo * sizeof(float) + page - 1) / page * page;
     const std::uintptr_t b = (base + (lo + len) * sizeof(float)) / page * page;
     if (b > a) ::madvise(reinterpret_cast<void*>(a), b - a, MADV_DONTNEED);
-    if (side) side->release(lo, lo + len);
+    if (side) side->release(side_at + lo, side_at + lo + len);
   }
 }
 }  // namespace
@@ -377,14 +384,39 @@ void ExternalWorkload::set_params_from(const optim::Floats& in) {
   store(in, &in);
 }
 
+void ExternalWorkload::set_params_part(const optim::Floats& in, std::size_t lo, std::size_t hi) {
+  auto& i = *impl_;
+  hi = std::min(hi, in.size());
+  lo = std::min(lo, hi);
+  // Shared memory holds the trainer's θ (stored at the end of its phase, or the node's last
+  // one); only [lo, hi) changes. A load still pending widens to cover both.
+  if (!i.have_theta || (i.pending_load && !i.load_hi)) return store(in, &in);
+  const auto t0 = Clock::now();
+  copy_released(i.shm + lo, in.data() + lo, hi - lo, i.shm + lo, &in, lo);
+  ++i.stats.sets;
+  i.stats.set_s += std::chrono::duration<double>(Clock::now() - t0).count();
+  i.stats.set_bytes += static_cast<double>((hi - lo) * sizeof(float));
+  if (i.pending_load) {
+    i.load_lo = std::min(i.load_lo, lo);
+    i.load_hi = std::max(*i.load_hi, hi);
+  } else {
+    i.load_lo = lo;
+    i.load_hi = hi;
+  }
+  i.pending_load = true;
+}
+
 void ExternalWorkload::store(std::span<const float> in, const optim::Floats* side) {
   auto& i = *impl_;
   const auto t0 = Clock::now();
   copy_released(i.shm, in.data(), in.size(), i.shm, side);
   ++i.stats.sets;
   i.stats.set_s += std::chrono::duration<double>(Clock::now() - t0).count();
+  i.stats.set_bytes += static_cast<double>(in.size() * sizeof(float));
   i.have_theta = true;
   i.pending_load = true;
+  i.load_lo = 0;
+  i.load_hi.reset();
 }
 
 std::vector<std::uint8_t> ExternalWorkload::save() const {
@@ -429,7 +461,7 @@ StepResult ExternalWorkload::train_step(std::uint64_t) {
       save_trainer_state();
       if (i.conn < 0) continue;
     }
-    if (!i.send(i.conn, encode_go(i.pending_load))) {
+    if (!i.send(i.conn, encode_go(i.pending_load, i.load_lo, i.load_hi))) {
       i.drop("went away");
       continue;
     }

@@ -58,6 +58,9 @@ class ExternalWorkload final : public Workload {
   void set_params(std::span<const float> in) override;
   void get_params_into(optim::Floats& out) const override;
   void set_params_from(const optim::Floats& in) override;
+  /// Writes θ[lo, hi) into shared memory and has the trainer load that part only (shared memory
+  /// and the trainer hold the rest already); a load still pending widens to cover both.
+  void set_params_part(const optim::Floats& in, std::size_t lo, std::size_t hi) override;
   StepResult train_step(std::uint64_t step) override;
   double evaluate() override;
   double loss_floor() const override { return NAN; }
@@ -76,7 +79,9 @@ class ExternalWorkload final : public Workload {
   struct Handoff {
     std::uint64_t gets = 0, sets = 0;
     double get_s = 0, set_s = 0;
-    double bytes = 0;       ///< of one hand-off
+    double bytes = 0;  ///< of one hand-off (θ's)
+    /// given to the trainer in all: a round of one streaming fragment gives that part only
+    double set_bytes = 0;
     double memcpy_s = NAN;  ///< one plain copy of `bytes` (timed over up to 16 MiB, scaled)
   };
   Handoff handoff(bool measure_memcpy) const;

@@ -95,6 +95,7 @@ void Metrics::write(const Progress& p, const event::Handoff& e) {
            .num("bytes", e.bytes)
            .num("get_ms", e.get_ms)
            .num("set_ms", e.set_ms)
+           .num("set_bytes", e.set_bytes)
            .num("memcpy_ms", e.memcpy_ms));
 }
 

@@ -52,6 +52,7 @@ struct Stop {
 };
 struct Handoff {
   double bytes = 0, get_ms = NAN, set_ms = NAN, memcpy_ms = NAN;
+  double set_bytes = NAN;  ///< the bytes of θ one hand-off to the trainer wrote, on average
 };
 }  // namespace event
 

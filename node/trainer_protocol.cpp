@@ -374,14 +374,20 @@ std::vector<std::uint8_t> encode_save() {
   return pack_map("save");
 }
 
-std::vector<std::uint8_t> encode_go(bool load) {
+std::vector<std::uint8_t> encode_go(bool load, std::size_t lo, std::optional<std::size_t> hi) {
+  const bool part = load && hi;
   return pack_map(
       "go",
       [&](mp::Packer& p) {
         mp::pack_str(p, "load");
         p.pack(load);
+        if (!part) return;
+        mp::pack_str(p, "lo");
+        p.pack_uint64(lo);
+        mp::pack_str(p, "hi");
+        p.pack_uint64(*hi);
       },
-      1);
+      part ? 3 : 1);
 }
 
 std::vector<std::uint8_t> encode_bye(const std::string& why) {

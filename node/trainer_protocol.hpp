@@ -108,7 +108,10 @@ std::vector<std::uint8_t> encode_welcome(const std::string& shm, std::uint64_t b
 std::vector<std::uint8_t> encode_refused(const std::string& why);
 std::vector<std::uint8_t> encode_store();
 std::vector<std::uint8_t> encode_save();
-std::vector<std::uint8_t> encode_go(bool load);
+/// Go on training; with `load`, after taking θ from shared memory — the values [lo, hi) of it
+/// when given (a round of one streaming fragment: the rest is the trainer's θ already).
+std::vector<std::uint8_t> encode_go(bool load, std::size_t lo = 0,
+                                    std::optional<std::size_t> hi = std::nullopt);
 std::vector<std::uint8_t> encode_bye(const std::string& why);
 
 }  // namespace grove::node

@@ -63,11 +63,6 @@ Time now_ms() {
 
 ControllerOptions controller_options(const CliOptions& o, const RunConfig& c, std::size_t params) {
   ControllerOptions co;
-  // (A round of one fragment hands back that part of θ only: a θ trained on meanwhile would
-  // need each fragment mixed on its own.)
-  if (o.overlap && c.fragments > 1)
-    throw transport::ConfigError("--overlap: not with a run of streaming fragments (--fragments " +
-                                 std::to_string(c.fragments) + ")");
   co.overlap = o.overlap;
   co.window = Time(c.window_ms);
   // Checkpoints: as asked; by default every round for a small state, every 10 minutes for one of
@@ -221,17 +216,26 @@ void Loop::execute(const Action& a) {
         hi = std::min(hi, to);
         if (lo < hi) std::copy(phi.begin() + lo, phi.begin() + hi, theta_.begin() + lo);
       });
-      s_.workload.set_params_from(theta_);
+      // (The rest of θ is the workload's already: the θ it handed to the round.)
+      if (whole)
+        s_.workload.set_params_from(theta_);
+      else
+        s_.workload.set_params_part(theta_, from, to);
       if (a.source != Action::Source::none) begin(a.source);
       return;
     }
-    case Kind::mix:
+    case Kind::mix: {
+      // (A round of one streaming fragment: that part of θ only; the rest trains on.)
       take_theta();
+      const std::size_t from = std::min(a.slice.lo, P_), to = a.slice.end(P_);
       over_phi([&](const gossip::RoundEngine& e, std::size_t lo, std::size_t hi) {
-        e.mix_part(std::span(theta_.data() + lo, hi - lo), lo, a.alpha);
+        lo = std::max(lo, from);
+        hi = std::min(hi, to);
+        if (lo < hi) e.mix_part(std::span(theta_.data() + lo, hi - lo), lo, a.alpha);
       });
-      s_.workload.set_params_from(theta_);
+      s_.workload.set_params_part(theta_, from, to);  // (the rest: as just taken)
       return;
+    }
     case Kind::train:
       if (s_.o.max_steps && t_.progress.step >= *s_.o.max_steps)
         ctl_.finish(now_ms());
@@ -402,13 +406,17 @@ void Loop::tally(const gossip::RoundReport& r) {
     me.tokens_per_s = t_.tokens_per_s;
     me.last_sync_ms = static_cast<double>(r.sync_time.count());
     me.last_partner = partner;
-    me.algorithm = mode + " (" +
-                   (group ? s_.config.wire_name() : std::string(to_string(s_.config.codec))) +
-                   (group && s_.config.fragments > 1
-                        ? ", fragment " + std::to_string(r.round % s_.config.fragments + 1) + "/" +
-                              std::to_string(s_.config.fragments)
-                        : std::string()) +
-                   ")";
+    me.algorithm =
+        mode + " (" +
+        (group ? s_.config.wire_name()
+               : std::string(to_string(s_.config.codec)) +
+                     (s_.config.fragments > 1
+                          ? ", 1/" + std::to_string(s_.config.fragments) + " of the model a round"
+                          : std::string())) +
+        (s_.config.fragments > 1 && !r.local_only ? ", fragment " + std::to_string(r.fragment + 1) +
+                                                        "/" + std::to_string(s_.config.fragments)
+                                                  : std::string()) +
+        ")";
   });
   publish_status("training");
   p.partners.clear();
@@ -632,8 +640,10 @@ int Loop::finish() {
   s_.console.summary(t_, o);
   if (o.handoff) {
     const auto& h = *o.handoff;
-    s_.metrics.write(t_.progress, event::Handoff{h.bytes, ms_each(h.get_s, h.gets),
-                                                 ms_each(h.set_s, h.sets), 1e3 * h.memcpy_s});
+    s_.metrics.write(
+        t_.progress,
+        event::Handoff{h.bytes, ms_each(h.get_s, h.gets), ms_each(h.set_s, h.sets),
+                       1e3 * h.memcpy_s, h.sets ? h.set_bytes / static_cast<double>(h.sets) : NAN});
   }
   return *exit_;
 }

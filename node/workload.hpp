@@ -48,6 +48,13 @@ class Workload {
     set_params(std::span<const float>(in));
     in.release();
   }
+  /// θ[lo, hi) from `in`, whose other values are the workload's θ already (a round of one
+  /// streaming fragment changed that part only); by default all of it is set.
+  virtual void set_params_part(const optim::Floats& in, std::size_t lo, std::size_t hi) {
+    (void)lo;
+    (void)hi;
+    set_params_from(in);
+  }
   /// One inner step: a batch of this node's data, forward, backward, clip, optimiser step with
   /// the learning rate of inner step `step` (warm-up + cosine).
   virtual StepResult train_step(std::uint64_t step) = 0;

@@ -409,9 +409,12 @@ bool Swarm::act(std::size_t i) {
         }
         break;
       }
-      case K::mix:
-        n.engine->mix(n.theta, a.alpha);
+      case K::mix: {  // (a round of one streaming fragment: that part of θ)
+        const std::size_t lo = std::min(a.slice.lo, n.theta.size()),
+                          hi = std::max(lo, a.slice.end(n.theta.size()));
+        n.engine->mix_part(std::span(n.theta).subspan(lo, hi - lo), lo, a.alpha);
         break;
+      }
       case K::train:
         if (n.first_inner < Time(0)) n.first_inner = now_;
         n.inner_done = now_ + n.spec.inner_time;

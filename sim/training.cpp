@@ -77,14 +77,12 @@ struct Outer {
   std::size_t fragments = 1;  ///< --fragments: streaming fragments (DiLoCo-mode rounds)
 };
 
-// --fragments F (DiLoCo-mode --outer only, dividing H): a round every H/F inner steps takes one
-// fragment of φ. Returns the inner steps of a round.
+// --fragments F (dividing H): a round every H/F inner steps averages one fragment of φ. Returns the
+// inner steps of a round.
 std::uint32_t read_fragments(const Args& a, Outer& outer, std::uint32_t h) {
   outer.fragments = static_cast<std::size_t>(a.count("fragments", 1));
   if (outer.fragments < 1 || outer.fragments > 64 || h % outer.fragments != 0)
     throw std::invalid_argument("--fragments: 1 to 64, dividing --inner-steps");
-  if (outer.fragments > 1 && outer.mode != OuterMode::diloco)
-    throw std::invalid_argument("--fragments: with --outer diloco, sparseloco or e3m0");
   return h / static_cast<std::uint32_t>(outer.fragments);
 }
 

@@ -159,5 +159,79 @@ TEST(Slice, PrepareAndTheLoneStepTakeTheSlice) {
   }
 }
 
+// NoLoCo with fragments (compressed pairs): the pair's means over the slice, the local-only step
+// elsewhere — in both forms (β = γ: θ's mean; β ≠ γ: the means of Δ and of φ), exactly what
+// the whole step gives with ours outside the slice.
+TEST(Slice, ANoLoCoPairStepsItsFragmentWithTheMeanAndTheRestAlone) {
+  const auto s0 = state_of(11);
+  auto theta = s0.phi.to_vector();
+  std::mt19937 g(5);
+  std::normal_distribution<float> d(0.0f, 0.1f);
+  for (auto& v : theta) v += d(g);
+  const Slice slice = slice_of(kN, 4, 1);
+  const std::size_t lo = slice.lo, hi = slice.end(kN);
+  // The partner's θ and φ, other than ours.
+  std::vector<float> theta_j(theta), phi_j = s0.phi.to_vector();
+  for (std::size_t i = 0; i < kN; ++i) {
+    theta_j[i] += d(g);
+    phi_j[i] += 0.5f * d(g);
+  }
+  for (const float gamma : {0.7f, 0.4f}) {
+    const optim::NoLoCoConfig cfg{0.5f, 0.7f, gamma};
+    const auto phi0 = s0.phi.to_vector();
+    // The pair's means: of θ (β = γ), or of Δ and of φ, over the whole model...
+    std::vector<float> mean(kN), phi_mean(kN), own_delta(kN);
+    for (std::size_t i = 0; i < kN; ++i) {
+      own_delta[i] = phi0[i] - theta[i];
+      mean[i] = cfg.one_tensor() ? 0.5f * (theta[i] + theta_j[i])
+                                 : 0.5f * (own_delta[i] + (phi_j[i] - theta_j[i]));
+      phi_mean[i] = 0.5f * (phi0[i] + phi_j[i]);
+    }
+    // ...and the expected step: the whole step with ours outside the slice.
+    auto want_phi = phi0;
+    auto want_m = s0.momentum.to_vector();
+    std::vector<float> m_in(mean), p_in(phi_mean);
+    for (std::size_t i = 0; i < kN; ++i)
+      if (i < lo || i >= hi) {
+        m_in[i] = cfg.one_tensor() ? theta[i] : own_delta[i];
+        p_in[i] = phi0[i];
+      }
+    if (cfg.one_tensor())
+      optim::noloco_step_theta(want_phi, want_m, m_in, cfg);
+    else
+      optim::noloco_step(want_phi, want_m, m_in, p_in, cfg);
+
+    StepWork w;
+    w.kind = StepWork::Kind::noloco_mean;
+    w.mode = OuterMode::noloco;
+    w.state = s0;
+    w.theta = optim::Floats(theta);
+    w.slice = slice;
+    w.mean = optim::Floats(std::vector<float>(m_in.begin() + lo, m_in.begin() + hi));
+    if (!cfg.one_tensor())
+      w.phi_mean = optim::Floats(std::vector<float>(p_in.begin() + lo, p_in.begin() + hi));
+    w.noloco = cfg;
+    w.run();
+    ASSERT_EQ(w.error, "");
+    const auto phi = w.state.phi.to_vector(), m = w.state.momentum.to_vector();
+    for (std::size_t i = 0; i < kN; ++i) {
+      ASSERT_EQ(phi[i], want_phi[i]) << "γ " << gamma << " at " << i;
+      ASSERT_EQ(m[i], want_m[i]) << "γ " << gamma << " at " << i;
+    }
+    // A mean of the wrong size is refused, the state left as it was.
+    StepWork bad;
+    bad.kind = StepWork::Kind::noloco_mean;
+    bad.state = s0;
+    bad.theta = optim::Floats(theta);
+    bad.slice = slice;
+    bad.mean = optim::Floats(std::vector<float>(hi - lo - 1, 0.0f));
+    bad.phi_mean = optim::Floats(std::vector<float>(hi - lo - 1, 0.0f));
+    bad.noloco = cfg;
+    bad.run();
+    EXPECT_NE(bad.error, "");
+    EXPECT_EQ(bad.state.phi.to_vector(), phi0);
+  }
+}
+
 }  // namespace
 }  // namespace grove::gossip

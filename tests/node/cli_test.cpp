@@ -76,7 +76,7 @@ TEST(Cli, SparseLoCoAndItsNumbers) {
   EXPECT_NE(c.check().find("top-k"), std::string::npos);
 }
 
-// Streaming fragments: DiLoCo-mode runs only, dividing the inner steps (a round every H/F).
+// Fragments: dividing the inner steps (a round every H/F).
 TEST(Cli, FragmentsAndTheirRules) {
   auto o = parse({"--bootstrap", "--outer", "diloco", "--inner-steps", "60", "--fragments", "4"});
   EXPECT_EQ(o.config.fragments, 4u);
@@ -94,14 +94,16 @@ TEST(Cli, FragmentsAndTheirRules) {
                 .config.check()
                 .find("must divide the inner steps"),
             std::string::npos);
-  EXPECT_NE(parse({"--bootstrap", "--inner-steps", "40", "--fragments", "4"})
-                .config.check()
-                .find("DiLoCo and SparseLoCo only"),
-            std::string::npos);
-  EXPECT_NE(error_of({"--bootstrap", "--outer", "diloco", "--inner-steps", "40", "--fragments", "4",
-                      "--overlap"})
-                .find("--overlap"),
-            std::string::npos);
+  // NoLoCo: compressed pairs (a pair averages one fragment a round).
+  auto no = parse({"--bootstrap", "--inner-steps", "40", "--fragments", "4"});
+  EXPECT_EQ(no.config.check(), "");
+  EXPECT_EQ(no.config.phase_steps(), 10u);
+  EXPECT_EQ(no.config.wire_name(), "fp16, 1/4 of the model a round");
+
+  // With --overlap: a round's new φ is mixed into its fragment of θ.
+  EXPECT_TRUE(parse({"--bootstrap", "--outer", "diloco", "--inner-steps", "40", "--fragments", "4",
+                     "--overlap"})
+                  .overlap);
   // In the run's config text, and back.
   const auto text = o.config.to_text();
   EXPECT_NE(text.find("\nfragments 4\n"), std::string::npos);

@@ -220,12 +220,17 @@ TEST(Controller, OverlapMixesAndSubmitsAPhaseThatWaited) {
   EXPECT_EQ(kinds(c), (std::vector{K::set_patience, K::check}));
   c.on_theta(kFinite, ms(1000));
   EXPECT_EQ(kinds(c), (std::vector{K::submit, K::train}));  // the next phase starts at once
-  // The round ends during the phase: θ is mixed, the phase goes on.
-  c.on_report(report(Report::Kind::round), ms(1500));
+  // The round ends during the phase: θ is mixed (the part the round stepped: one streaming
+  // fragment here), the phase goes on.
+  auto one_fragment = report(Report::Kind::round);
+  one_fragment.slice = {4096, 8192};
+  c.on_report(one_fragment, ms(1500));
   const auto a = c.take_actions();
   ASSERT_EQ(a.size(), 2u);
   EXPECT_EQ(a[0].kind, K::mix);
   EXPECT_FLOAT_EQ(a[0].alpha, 0.25f);
+  EXPECT_EQ(a[0].slice.lo, 4096u);
+  EXPECT_EQ(a[0].slice.hi, 8192u);
   EXPECT_EQ(a[1].kind, K::checkpoint);
   c.on_inner_done(ms(1000), 2, ms(2000));
   c.take_actions();

@@ -4,7 +4,8 @@ shared memory (not float32, or not on the CPU) are copied in and out of it a bou
 time. Checked here on CPU tensors of float16 and bfloat16 (the path a GPU's parameters take, but
 for the pinned staging buffer; a GPU is used too when one is there), with a chunk far smaller
 than the parameters so that every parameter spans several chunks and a ragged last one: the
-values that arrive in shared memory and come back are the parameters' own, converted.
+values that arrive in shared memory and come back are the parameters' own, converted; a load of
+part of θ (a round of one streaming fragment) takes those values only.
 
 Usage: grove_copy_test.py. Exit 77 (skipped) without Debian's torch. Run with /usr/bin/python3.
 """
@@ -47,6 +48,33 @@ def check(grove, torch, dtype, device):
         raise AssertionError("CPU parameters need no staging buffer")
 
 
+def check_part(grove, torch, dtype, device):
+    """A load of part of the flat θ (a round of one streaming fragment): only the parameters'
+    values in [lo, hi) take shared memory's, across a parameter boundary; the rest stay."""
+    torch.manual_seed(4)
+    params = [torch.nn.Parameter(torch.randn(1000, 7).to(dtype=dtype, device=device)),
+              torch.nn.Parameter(torch.randn(3).to(dtype=dtype, device=device))]
+    total = sum(p.numel() for p in params)
+    shm = torch.randn(total, dtype=torch.float32)  # the node's new weights
+    outer = grove.Outer.__new__(grove.Outer)
+    outer._staging = None
+    outer._slots, outer._offsets, off = [], [], 0
+    for p in params:
+        outer._slots.append([p, shm[off:off + p.numel()].view(p.shape), False, False])
+        outer._offsets.append(off)
+        off += p.numel()
+    before = torch.cat([p.data.reshape(-1).float().cpu() for p in params])
+    lo, hi = 2500, 7002  # most of the first parameter's chunks, two values of the second
+    outer._load(lo, hi)
+    after = torch.cat([p.data.reshape(-1).float().cpu() for p in params])
+    want = before.clone()
+    want[lo:hi] = shm[lo:hi].to(dtype).float()
+    if not torch.equal(after, want):
+        bad = (after != want).nonzero().reshape(-1)
+        raise AssertionError("%s on %s: a part load changed the wrong values (first at %d)"
+                             % (dtype, device, int(bad[0])))
+
+
 def main():
     try:
         import torch
@@ -59,6 +87,7 @@ def main():
     for device in devices:
         for dtype in (torch.float16, torch.bfloat16, torch.float64):
             check(grove, torch, dtype, device)
+            check_part(grove, torch, dtype, device)
             print("ok: %s on %s" % (dtype, device))
     return 0
 

@@ -534,10 +534,11 @@ std::map<std::string, std::string> averaged_hashes(const std::string& metrics) {
 }
 
 // Compressed DiLoCo-mode rounds (SparseLoCo's top-k of an error buffer, 2-bit top-k, E3M0
-// DiLoCo) and streaming fragments (DiLoCo's and SparseLoCo's rounds of a quarter of the model),
-// from the start: three members all-gather their messages and learn; one is killed
-// with SIGKILL and a fourth joins; the survivors and the joiner average together, and every
-// round that two members averaged ended with the same slow weights on both.
+// DiLoCo), streaming fragments (DiLoCo's and SparseLoCo's rounds of a quarter of the model) and
+// NoLoCo's compressed pairs (a pair averages a quarter of the model a round), from the start:
+// three members average and learn; one is killed with SIGKILL and a fourth joins; the survivors
+// and the joiner average together, and (groups) every round that two members averaged ended with
+// the same slow weights on both.
 class CompressedProcess : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(CompressedProcess, LearnsThroughAKillAndAJoinWithOnePhiPerRound) {
@@ -546,14 +547,18 @@ TEST_P(CompressedProcess, LearnsThroughAKillAndAJoinWithOnePhiPerRound) {
   const std::string which = GetParam();
   if (which == "e3m0")
     algo = {"--outer", "diloco", "--codec", "e3m0"};
-  else if (which == "diloco-fragments")
-    algo = {"--outer", "diloco"};
+  else if (which == "diloco-fragments")  // with overlap: each round's φ mixed into its fragment
+    algo = {"--outer", "diloco", "--overlap"};
+  else if (which == "noloco-fragments")  // compressed pairs: a pair averages a quarter a round
+    algo = {"--outer", "noloco"};
   else
     algo = {"--outer",      "sparseloco", "--topk",      "8",
             "--topk-chunk", "64",         "--topk-bits", which == "sparseloco-2bit" ? "2" : "32"};
   // Streaming fragments: a round every 5 steps, a quarter of the model each.
   if (which.ends_with("-fragments")) algo.insert(algo.end(), {"--fragments", "4"});
-  const std::string mode = which == "e3m0" || which == "diloco-fragments" ? "diloco" : "sparseloco";
+  const std::string mode = which == "noloco-fragments"                      ? "noloco"
+                           : which == "e3m0" || which == "diloco-fragments" ? "diloco"
+                                                                            : "sparseloco";
   auto extra = algo;
   extra.insert(extra.end(), {"--metrics", d / "m0.jsonl"});
   Proc n0(bootstrap_args(d, "n0", extra));
@@ -580,6 +585,11 @@ TEST_P(CompressedProcess, LearnsThroughAKillAndAJoinWithOnePhiPerRound) {
   }
   for (Proc* p : {&n0, &n1, &n3}) p->signal(SIGTERM);
   for (Proc* p : {&n0, &n1, &n3}) EXPECT_EQ(p->wait_exit(60s), 0) << p->log();
+  if (mode == "noloco") {  // (pairs: every member's φ its own)
+    EXPECT_NE(n0.log().find("1/4 of the model a round"), std::string::npos) << n0.log();
+    std::printf("%s: eval loss %s (fresh %.4f)\n", which.c_str(), m[1].str().c_str(), fresh);
+    return;
+  }
   const auto h0 = averaged_hashes(d / "m0.jsonl");
   std::size_t compared = 0;
   for (const char* other : {"m1.jsonl", "m3.jsonl"})
@@ -595,7 +605,8 @@ TEST_P(CompressedProcess, LearnsThroughAKillAndAJoinWithOnePhiPerRound) {
 
 INSTANTIATE_TEST_SUITE_P(Algorithms, CompressedProcess,
                          ::testing::Values("sparseloco", "sparseloco-2bit", "e3m0",
-                                           "diloco-fragments", "sparseloco-fragments"),
+                                           "diloco-fragments", "sparseloco-fragments",
+                                           "noloco-fragments"),
                          [](const auto& info) {
                            std::string n = info.param;
                            std::replace(n.begin(), n.end(), '-', '_');

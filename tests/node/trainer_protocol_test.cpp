@@ -140,6 +140,16 @@ TEST(TrainerProtocol, TheFirstTrainerMakesTheRunAndLaterOnesMustMatchIt) {
   other.inner_steps = 0;
   other.fragments = 0;
   EXPECT_EQ(check_hello(other, c), "");
+  // NoLoCo's compressed pairs: fragments make a NoLoCo run too.
+  auto pairs = h;
+  pairs.outer = "noloco";
+  RunConfig nc;
+  nc.workload = WorkloadKind::external;
+  apply_hello(pairs, nc);
+  EXPECT_EQ(nc.check(), "");
+  EXPECT_EQ(nc.outer, OuterMode::noloco);
+  EXPECT_EQ(nc.fragments, 5u);
+  EXPECT_EQ(check_hello(pairs, nc), "");
   // Built-in runs take no trainer; external fields are refused on them.
   RunConfig gpt;
   EXPECT_NE(check_hello(h, gpt).find("built-in"), std::string::npos);

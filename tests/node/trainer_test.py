@@ -343,6 +343,14 @@ def run(binary, mode):
             print("c's trainer started its own node (attach(start=...)); it exited with 0")
         if mode == "fragments" and "1/2 of the model a round" not in s.log("a"):
             raise Fail("node a's banner does not show the run's two fragments")
+        if mode == "fragments":
+            # After a round of one fragment the node gives the trainer that half of θ only
+            # (its float64 parameter by copy): on average well under a whole θ a hand-off.
+            ho = [m for m in lines(os.path.join(work, "a.jsonl")) if m.get("event") == "handoff"]
+            if not ho or not ho[-1]["set_bytes"] < 0.75 * ho[-1]["bytes"]:
+                raise Fail("node a gave its trainer whole θs after fragment rounds (%r)" % ho)
+            print("fragments: a hand-off to the trainer wrote %.0f of θ's %.0f bytes on average"
+                  % (ho[-1]["set_bytes"], ho[-1]["bytes"]))
         names = "abcd" if mode == "noloco" else "abc"
         report = []
         for n in names:

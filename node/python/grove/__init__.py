@@ -142,14 +142,20 @@ class Node:
         self.restored = None
 
     # ---- the algorithm -------------------------------------------------------------------
-    def noloco(self, model, inner_steps=50, alpha=0.5, beta=0.7, gamma=0.7):
+    def noloco(self, model, inner_steps=50, alpha=0.5, beta=0.7, gamma=0.7, fragments=None):
         """NoLoCo: random pairwise averaging with modified Nesterov momentum, no all-reduce.
+
+        ``fragments=F`` (dividing ``inner_steps``): compressed pairs — a round every
+        ``inner_steps / F`` steps, in which a pair averages one F-th of the parameters (drawn
+        at random, the same for both) and the rest takes the local-only step: 1/F of the bytes.
 
         The numbers are used when this trainer creates the run (the node was started with
         --bootstrap); a node that joins an existing run checks them against the run's."""
-        return self._hello(model, {"outer": "noloco", "inner_steps": inner_steps,
-                                   "noloco_alpha": alpha, "noloco_beta": beta,
-                                   "noloco_gamma": gamma})
+        fields = {"outer": "noloco", "inner_steps": inner_steps, "noloco_alpha": alpha,
+                  "noloco_beta": beta, "noloco_gamma": gamma}
+        if fragments is not None:
+            fields["fragments"] = fragments
+        return self._hello(model, fields)
 
     def diloco(self, model, inner_steps=500, outer_lr=0.7, momentum=0.9, codec=None,
                fragments=None):
@@ -383,8 +389,10 @@ class Outer:
         self._slots = []  # (parameter, its view in shared memory, zero-copy)
         self._staging = None  # pinned float32 chunk for GPU parameters (made when first needed)
         offset = 0
+        self._offsets = []  # where each parameter starts in the flat θ
         for _, p in params:
             view = flat[offset:offset + p.numel()].view(p.shape)
+            self._offsets.append(offset)
             offset += p.numel()
             zero_copy = p.device.type == "cpu" and p.dtype == torch.float32
             self._slots.append([p, view, zero_copy, False])  # last: re-pointed already
@@ -413,7 +421,7 @@ class Outer:
                 n._send({"op": "saved", "why": n._save()})
             elif op == "go":
                 if msg.get("load"):
-                    self._load()
+                    self._load(msg.get("lo", 0), msg.get("hi"))
                 else:
                     self._adopt()
                 return
@@ -425,10 +433,14 @@ class Outer:
             else:
                 raise GroveError("unexpected message from the node: %r" % (op,))
 
-    def _chunks(self, p, view):
-        """(parameter part, shared-memory part, staging or None) per chunk of a parameter."""
+    def _chunks(self, p, view, lo=0, hi=None):
+        """(parameter part, shared-memory part, staging or None) per chunk of a parameter's
+        values [lo, hi) (all of them by default)."""
         src = p.data.reshape(-1)
         dst = view.reshape(-1)
+        if lo or hi is not None:
+            src = src[lo:hi]
+            dst = dst[lo:hi]
         staging = None
         if p.device.type != "cpu":
             if self._staging is None:
@@ -451,11 +463,11 @@ class Outer:
                 staging.copy_(part)  # device → pinned host (converted on the device)
                 shared.copy_(staging)
 
-    def _copy_out(self, p, view):  # the parameter := shared memory, chunk by chunk
+    def _copy_out(self, p, view, lo=0, hi=None):  # the parameter := shared memory, by chunks
         if not p.data.is_contiguous():  # (reshape would copy: write through the parameter)
             p.data.copy_(view)
             return
-        for part, shared, staging in self._chunks(p, view):
+        for part, shared, staging in self._chunks(p, view, lo, hi):
             if staging is None:
                 part.copy_(shared)
             else:
@@ -475,15 +487,20 @@ class Outer:
                 self._copy_in(p, view)
 
     @torch.no_grad()
-    def _load(self):  # the model := shared memory
-        for slot in self._slots:
+    def _load(self, lo=0, hi=None):
+        """The model := shared memory; only the flat values [lo, hi) when the node says so (a
+        round of one streaming fragment: the rest is the model's already)."""
+        for slot, at in zip(self._slots, self._offsets):
             p, view, zero_copy, pointed = slot
             if zero_copy:
                 if not pointed:
                     p.data = view
                     slot[3] = True
-            else:
-                self._copy_out(p, view)
+                continue
+            a = max(lo, at) - at
+            b = p.numel() if hi is None else min(hi, at + p.numel()) - at
+            if a < b:
+                self._copy_out(p, view, a, b)
 
     @torch.no_grad()
     def _adopt(self):  # no new weights: CPU float32 parameters move into shared memory
