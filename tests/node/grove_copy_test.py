@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """The grove package's copy path (node/python/grove): parameters that cannot live in the node's
 shared memory (not float32, or not on the CPU) are copied in and out of it a bounded chunk at a
-time. Checked here on CPU tensors of float16 and bfloat16 (the path a GPU's parameters take, but
-for the pinned staging buffer; a GPU is used too when one is there), with a chunk far smaller
+time. Checked here on CPU tensors of float16, bfloat16 and float64 (a GPU's parameters take the
+double-buffered pinned path: checked on a GPU when one is there), with a chunk far smaller
 than the parameters so that every parameter spans several chunks and a ragged last one: the
 values that arrive in shared memory and come back are the parameters' own, converted; a load of
 part of θ (a round of one streaming fragment) takes those values only.
@@ -42,8 +42,8 @@ def check(grove, torch, dtype, device):
                                      % (dtype, device))
     staging = outer._staging
     if device != "cpu":
-        if staging is None or staging.numel() > grove.COPY_CHUNK:
-            raise AssertionError("a GPU's values pass through one chunk-sized staging buffer")
+        if staging is None or len(staging) != 2 or staging[0].numel() > grove.COPY_CHUNK:
+            raise AssertionError("a GPU's values pass through two chunk-sized staging buffers")
     elif staging is not None:
         raise AssertionError("CPU parameters need no staging buffer")
 

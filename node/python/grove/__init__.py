@@ -20,8 +20,9 @@ How it works: the script and its node talk over a Unix socket (small msgpack mes
 the parameters through a shared-memory segment of the node, so a large model is never copied
 through the socket. CPU float32 parameters are re-pointed into that segment (no copy at all);
 others (GPU, half precision) are copied in and out of it when the node asks, a bounded chunk at
-a time (:data:`COPY_CHUNK` values: a GPU's values pass through one pinned staging buffer of that
-size, so no model-sized copy exists on the host beyond the segment). The node never
+a time (:data:`COPY_CHUNK` values: a GPU's values pass through two pinned staging buffers of that
+size, converted on the device, one chunk crossing the bus while the host copies the other; no
+model-sized copy exists on the host beyond the segment). The node never
 executes anything the script sends. Uses only Debian's python3-torch, python3-numpy and
 python3-msgpack.
 """
@@ -387,7 +388,7 @@ class Outer:
             os.close(fd)
         flat = torch.from_numpy(np.frombuffer(self._mm, dtype=np.float32, count=total))
         self._slots = []  # (parameter, its view in shared memory, zero-copy)
-        self._staging = None  # pinned float32 chunk for GPU parameters (made when first needed)
+        self._staging = None  # two pinned float32 chunks for GPU parameters (made when needed)
         offset = 0
         self._offsets = []  # where each parameter starts in the flat θ
         for _, p in params:
@@ -434,45 +435,83 @@ class Outer:
                 raise GroveError("unexpected message from the node: %r" % (op,))
 
     def _chunks(self, p, view, lo=0, hi=None):
-        """(parameter part, shared-memory part, staging or None) per chunk of a parameter's
-        values [lo, hi) (all of them by default)."""
+        """(parameter part, shared-memory part) per chunk of a parameter's values [lo, hi) (all
+        of them by default)."""
         src = p.data.reshape(-1)
         dst = view.reshape(-1)
         if lo or hi is not None:
             src = src[lo:hi]
             dst = dst[lo:hi]
-        staging = None
-        if p.device.type != "cpu":
-            if self._staging is None:
-                self._staging = torch.empty(min(COPY_CHUNK, max(1, dst.numel())),
-                                            dtype=torch.float32,
-                                            pin_memory=torch.cuda.is_available())
-            elif self._staging.numel() < min(COPY_CHUNK, dst.numel()):
-                self._staging = torch.empty(min(COPY_CHUNK, dst.numel()), dtype=torch.float32,
-                                            pin_memory=self._staging.is_pinned())
-            staging = self._staging
         for i in range(0, dst.numel(), COPY_CHUNK):
             n = min(COPY_CHUNK, dst.numel() - i)
-            yield src[i:i + n], dst[i:i + n], None if staging is None else staging[:n]
+            yield src[i:i + n], dst[i:i + n]
+
+    def _buffers(self, n):
+        """Two pinned float32 staging buffers of up to COPY_CHUNK values (a GPU's copies
+        alternate between them: one crosses the bus while the host copies the other)."""
+        n = min(COPY_CHUNK, max(1, n))
+        if self._staging is None or self._staging[0].numel() < n:
+            pin = torch.cuda.is_available()
+            self._staging = [torch.empty(n, dtype=torch.float32, pin_memory=pin)
+                             for _ in range(2)]
+        return self._staging
 
     def _copy_in(self, p, view):  # shared memory := the parameter, chunk by chunk
-        for part, shared, staging in self._chunks(p, view):
-            if staging is None:
+        if p.device.type == "cpu":
+            for part, shared in self._chunks(p, view):
                 shared.copy_(part)  # (a CPU dtype conversion of one chunk)
-            else:
-                staging.copy_(part)  # device → pinned host (converted on the device)
-                shared.copy_(staging)
+            return
+        # A GPU: each chunk converted to float32 on the device, copied to a pinned buffer
+        # without waiting, and copied on into shared memory by the host once it has arrived —
+        # while the next chunk crosses the bus into the other buffer.
+        bufs = self._buffers(view.numel())
+        pending = [None, None]  # per buffer: (its copy's event, shared part, staged part)
+
+        def flush(b):
+            if pending[b] is not None:
+                event, shared, staged = pending[b]
+                event.synchronize()
+                shared.copy_(staged)
+                pending[b] = None
+
+        for k, (part, shared) in enumerate(self._chunks(p, view)):
+            b = k % 2
+            flush(b)
+            staged = bufs[b][:part.numel()]
+            staged.copy_(part if part.dtype == torch.float32 else part.float(), non_blocking=True)
+            event = torch.cuda.Event()
+            event.record()
+            pending[b] = (event, shared, staged)
+        flush(0)
+        flush(1)
 
     def _copy_out(self, p, view, lo=0, hi=None):  # the parameter := shared memory, by chunks
         if not p.data.is_contiguous():  # (reshape would copy: write through the parameter)
             p.data.copy_(view)
             return
-        for part, shared, staging in self._chunks(p, view, lo, hi):
-            if staging is None:
+        if p.device.type == "cpu":
+            for part, shared in self._chunks(p, view, lo, hi):
                 part.copy_(shared)
+            return
+        # A GPU: the host copies a chunk into one pinned buffer while the previous one crosses
+        # the bus from the other; each is converted to the parameter's dtype on the device.
+        bufs = self._buffers(view.numel() if hi is None else hi - lo)
+        events = [None, None]
+        for k, (part, shared) in enumerate(self._chunks(p, view, lo, hi)):
+            b = k % 2
+            if events[b] is not None:
+                events[b].synchronize()  # its last copy to the device is done: reusable
+            staged = bufs[b][:part.numel()]
+            staged.copy_(shared)
+            if part.dtype == torch.float32:
+                part.copy_(staged, non_blocking=True)
             else:
-                staging.copy_(shared)
-                part.copy_(staging)  # pinned host → device (synchronous: staging is reused)
+                part.copy_(staged.to(part.device, non_blocking=True))
+            events[b] = torch.cuda.Event()
+            events[b].record()
+        for e in events:
+            if e is not None:
+                e.synchronize()
 
     @torch.no_grad()
     def _store(self):  # shared memory := the model
