@@ -212,11 +212,11 @@ std::vector<std::uint8_t> encode_trainer_message(const TrainerMessage& msg) {
         "step",
         [&](mp::Packer& p) {
           mp::pack_str(p, "loss");
-          p.pack_double(s->loss);
+          mp::pack_f64(p, s->loss);
           mp::pack_str(p, "tokens");
           p.pack_uint64(s->tokens);
           mp::pack_str(p, "eval_loss");
-          p.pack_double(s->eval_loss);
+          mp::pack_f64(p, s->eval_loss);
         },
         3);
   if (std::holds_alternative<TrainerStored>(msg)) return pack_map("stored");
@@ -232,7 +232,7 @@ std::vector<std::uint8_t> encode_trainer_message(const TrainerMessage& msg) {
   const auto opt = [](mp::Packer& p, const char* k, const std::optional<float>& v) {
     mp::pack_str(p, k);
     if (v)
-      p.pack_double(*v);
+      mp::pack_f64(p, *v);
     else
       p.pack_nil();
   };

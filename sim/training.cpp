@@ -74,7 +74,7 @@ struct Outer {
   OuterMode mode = OuterMode::noloco;
   std::optional<gossip::CompressedRounds> compressed;
   bool sparseloco = false;
-  std::size_t fragments = 1;  ///< --fragments: streaming fragments (DiLoCo-mode rounds)
+  std::size_t fragments = 1;  ///< --fragments: a round averages one of that many fragments
 };
 
 // --fragments F (dividing H): a round every H/F inner steps averages one fragment of φ. Returns the

@@ -26,6 +26,15 @@ inline void pack_str(Packer& p, const std::string& s) {
   p.pack_str(static_cast<std::uint32_t>(s.size()));
   p.pack_str_body(s.data(), static_cast<std::uint32_t>(s.size()));
 }
+/// Always a float64, whatever the value (msgpack-c's pack_double writes whole numbers as integers
+/// and converts 2^64 to uint64_t, which is undefined).
+inline void pack_f64(Packer& p, double v) {
+  std::uint64_t bits = 0;
+  std::memcpy(&bits, &v, 8);
+  char b[9] = {static_cast<char>(0xcb)};
+  for (int i = 0; i < 8; ++i) b[1 + i] = static_cast<char>(bits >> (56 - 8 * i));
+  p.pack_bin_body(b, sizeof b);  // appends the bytes as they are
+}
 inline std::vector<std::uint8_t> bytes_of(const msgpack::sbuffer& sb) {
   const auto* p = reinterpret_cast<const std::uint8_t*>(sb.data());
   return {p, p + sb.size()};

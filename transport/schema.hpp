@@ -99,11 +99,7 @@ struct Real {
   bool nan = false;
   void pack(Packer& p, double v) const {
     if (!std::isfinite(v)) return (void)p.pack_nil();
-    std::uint64_t bits = 0;
-    std::memcpy(&bits, &v, 8);
-    char b[9] = {static_cast<char>(0xcb)};
-    for (int i = 0; i < 8; ++i) b[1 + i] = static_cast<char>(bits >> (56 - 8 * i));
-    p.pack_bin_body(b, sizeof b);  // appends the bytes as they are
+    mp::pack_f64(p, v);
   }
   const char* read(const Obj& o, double& out) const {
     if (!mp::get_number(o, out)) return "not a number";

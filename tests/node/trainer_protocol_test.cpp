@@ -3,6 +3,8 @@
 #include "node/trainer_protocol.hpp"
 
 #include <gtest/gtest.h>
+
+#include <cmath>
 #include <msgpack.hpp>
 
 namespace grove::node {
@@ -94,6 +96,25 @@ TEST(TrainerProtocol, RejectsWhatItMustWithTheReason) {
   auto trunc = encode_trainer_message(small_hello());
   trunc.pop_back();
   EXPECT_TRUE(bad(trunc)) << "truncated";
+}
+
+// Numbers are written as float64 whatever their value: msgpack-c's pack_double converts 2^64 to
+// uint64_t (undefined; found by fuzz_trainer's round trip under UBSan).
+TEST(TrainerProtocol, HugeNumbersAreWrittenAsFloats) {
+  auto h = small_hello();
+  h.outer_lr = std::ldexp(1.0f, 64);
+  h.noloco_beta = -std::ldexp(1.0f, 63);
+  auto back = decode_trainer_message(encode_trainer_message(h));
+  ASSERT_TRUE(back) << back.text();
+  EXPECT_EQ(std::get<TrainerHello>(*back).outer_lr, h.outer_lr);
+  EXPECT_EQ(std::get<TrainerHello>(*back).noloco_beta, h.noloco_beta);
+  TrainerStep s;
+  s.loss = std::ldexp(1.0, 64);
+  s.eval_loss = 3.0;
+  back = decode_trainer_message(encode_trainer_message(s));
+  ASSERT_TRUE(back) << back.text();
+  EXPECT_EQ(std::get<TrainerStep>(*back).loss, s.loss);
+  EXPECT_EQ(std::get<TrainerStep>(*back).eval_loss, 3.0);
 }
 
 TEST(TrainerProtocol, TheFirstTrainerMakesTheRunAndLaterOnesMustMatchIt) {
