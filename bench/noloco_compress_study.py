@@ -18,6 +18,8 @@ Rules compared (bytes a member sends a round, per parameter):
                the local-only step (m = α·m − β·Δ) elsewhere (p/100 · 2)
   rot p%       the same on a contiguous fragment, fragment r mod (100/p) in round r (grove-node's
                --fragments for NoLoCo draws the fragment from the pair's window instead)
+  draw p%      as rot, but the fragment drawn at random for each pair and round (what grove-node
+               does: from the pair's window)
   stream p%    as rot, but outside the fragment φ and m stay and θ goes on training (Streaming
                DiLoCo's rule for the fragments not synchronised)
 
@@ -46,6 +48,9 @@ def parse():
     ap.add_argument("--rotate", default="5,20",
                     help="rot rules: percent of the values averaged, a contiguous fragment that "
                     "turns round by round (the same for every pair)")
+    ap.add_argument("--draw", default="5,20",
+                    help="draw rules: as rot, but the fragment drawn at random for each pair "
+                    "and round (grove-node's --fragments for NoLoCo)")
     ap.add_argument("--stream", default="5,20",
                     help="stream rules: as rot, but φ and m stay and θ goes on outside the "
                     "fragment (Streaming DiLoCo's fragments)")
@@ -132,12 +137,19 @@ def run(rule, seed, a):
                     m[i] = alpha * m[i] + beta * (mean_theta - phi[i])
                     new_phi[i] = phi[i] + m[i]
                 continue
-            if kind in ("rand", "rot", "stream"):
+            if kind in ("rand", "rot", "stream", "draw"):
                 # The pair's shared mask (both draw it from the round's seed): NoLoCo's step on
                 # the masked values (their θ sent in fp16), the local-only step elsewhere.
                 if kind == "rand":
                     mg = torch.Generator().manual_seed(seed * 100003 + rnd * 1009 + pair[0])
                     mask = (torch.rand(p0.numel(), generator=mg) < k / 1000.0).float()
+                elif kind == "draw":  # a contiguous fragment drawn per pair (grove-node's rule)
+                    F = round(1000 / k)
+                    n = p0.numel()
+                    mg = torch.Generator().manual_seed(seed * 100003 + rnd * 1009 + pair[0])
+                    f = int(torch.randint(F, (1,), generator=mg))
+                    mask = torch.zeros(n)
+                    mask[f * n // F:(f + 1) * n // F] = 1.0
                 else:  # rot, stream: fragment rnd mod F of F contiguous ones, the same for every pair
                     F = round(1000 / k)
                     n = p0.numel()
@@ -185,7 +197,7 @@ def bytes_per_param(rule, chunk):
     kind, k, every = rule
     if kind == "dense":
         return 2.0
-    if kind in ("rand", "rot", "stream"):
+    if kind in ("rand", "rot", "stream", "draw"):
         return k / 1000.0 * 2
     return k / chunk * 6 + (2.0 / every if every else 0.0)
 
@@ -194,7 +206,7 @@ def name(rule):
     kind, k, every = rule
     if kind == "dense":
         return "dense"
-    if kind in ("rand", "rot", "stream"):
+    if kind in ("rand", "rot", "stream", "draw"):
         return f"{kind}{k / 10:g}%"
     return f"cΔ{k}/" + (str(every) if every else "none")
 
@@ -205,7 +217,8 @@ def main():
                                   for K in a.every.split(",")] +
              [("rand", int(float(r) * 10), 0) for r in a.random.split(",") if r] +
              [("rot", int(float(r) * 10), 0) for r in a.rotate.split(",") if r] +
-             [("stream", int(float(r) * 10), 0) for r in a.stream.split(",") if r])
+             [("stream", int(float(r) * 10), 0) for r in a.stream.split(",") if r] +
+             [("draw", int(float(r) * 10), 0) for r in a.draw.split(",") if r])
     results = {}
     for rule in rules:
         ls, ss = [], []
