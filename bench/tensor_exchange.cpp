@@ -17,6 +17,7 @@
 #include <msgpack.hpp>
 
 #include "bench/bench_common.hpp"
+#include "optim/splitmix.hpp"
 
 namespace {
 
@@ -78,12 +79,7 @@ Options parse_args(int argc, char** argv) {
 
 // --- tensor content, hashing, checks ------------------------------------------------------------
 
-std::uint64_t splitmix64(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
+using grove::optim::splitmix64;
 
 /// Deterministic values in [-1, 1) from (seed, index).
 void fill_tensor(float* p, std::uint64_t n, std::uint64_t seed) {

@@ -9,6 +9,7 @@
 #include "dht/key.hpp"
 #include "gossip/guarded.hpp"
 #include "gossip/progress.hpp"
+#include "optim/splitmix.hpp"
 #include "transport/crypto.hpp"
 
 namespace grove::gossip {
@@ -363,12 +364,8 @@ void RoundEngine::on_match(MatchResult m, Time now) {
 
 void RoundEngine::draw_noloco_fragment(std::uint64_t window) {
   const std::size_t f = std::max<std::size_t>(opts_.fragments, 1);
-  // splitmix64 of the window: consecutive windows draw unrelated fragments.
-  std::uint64_t z = window + 0x9e3779b97f4a7c15ULL;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  z ^= z >> 31;
-  fragment_ = static_cast<std::size_t>(z % f);
+  // Hashed, so consecutive windows draw unrelated fragments.
+  fragment_ = static_cast<std::size_t>(optim::splitmix64(window) % f);
   slice_ = slice_of(state_.phi.size(), f, fragment_);
 }
 

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "dht/key.hpp"
+#include "optim/splitmix.hpp"
 #include "optim/state_format.hpp"
 #include "transport/schema.hpp"
 
@@ -107,13 +108,8 @@ std::vector<std::uint64_t> sample_positions(std::uint64_t seed, std::uint64_t va
                                             std::uint32_t n) {
   std::vector<std::uint64_t> at;
   if (values == 0) return at;
-  std::uint64_t x = seed;
-  for (std::uint32_t i = 0; i < n; ++i) {  // splitmix64
-    std::uint64_t z = (x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    at.push_back((z ^ (z >> 31)) % values);
-  }
+  for (std::uint32_t i = 0; i < n; ++i)
+    at.push_back(optim::splitmix64(seed + i * optim::kSplitmixGamma) % values);
   return at;
 }
 

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <limits>
 
+#include "optim/splitmix.hpp"
 #include "transport/error.hpp"
 
 namespace grove::node {
@@ -36,12 +37,7 @@ constexpr std::uint64_t kChainDomain = 0x636861696e000001;  // "chain"
 constexpr std::uint64_t kEvalDomain = 0x6576616c00000002;   // "eval"
 constexpr std::uint64_t kTrainDomain = 0x747261696e000003;  // "train"
 
-std::uint64_t splitmix64(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111eb;
-  return x ^ (x >> 31);
-}
+using optim::splitmix64;
 
 std::uint64_t derive_seed(std::uint64_t seed, std::uint64_t domain, std::uint64_t extra) {
   return splitmix64(splitmix64(seed ^ domain) ^ extra);
@@ -55,7 +51,7 @@ struct Rng {
   static Rng seeded(std::uint64_t seed) {
     Rng r;
     for (auto& w : r.s) {
-      seed += 0x9e3779b97f4a7c15;
+      seed += optim::kSplitmixGamma;
       w = splitmix64(seed);
     }
     return r;

@@ -27,6 +27,7 @@
 
 #include "node/corpus.hpp"
 #include "node/workload.hpp"
+#include "optim/splitmix.hpp"
 #include "transport/crypto.hpp"
 #include "transport/error.hpp"
 
@@ -127,12 +128,7 @@ class GptImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Gpt);
 
-std::uint64_t splitmix64(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111eb;
-  return x ^ (x >> 31);
-}
+using optim::splitmix64;
 
 // Gaussian draws for the initial θ: a counter hashed by splitmix64, Box–Muller in double, rounded
 // to float. Double-precision log/cos differ between libm builds at most in the last bit, which the
@@ -147,7 +143,7 @@ class InitRng {
 
  private:
   double uniform() {  // in (0, 1)
-    x_ += 0x9e3779b97f4a7c15;
+    x_ += optim::kSplitmixGamma;
     return (static_cast<double>(splitmix64(x_) >> 11) + 0.5) * 0x1p-53;
   }
   std::uint64_t x_;

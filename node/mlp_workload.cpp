@@ -11,25 +11,21 @@
 #include <stdexcept>
 
 #include "node/workload.hpp"
+#include "optim/splitmix.hpp"
 #include "transport/error.hpp"
 
 namespace grove::node {
 
 namespace {
 
-constexpr double kNoise = 0.1;
+using optim::splitmix64;
 
-std::uint64_t splitmix(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
+constexpr double kNoise = 0.1;
 
 // Counter-based normal samples: value k of stream `seed` (Box-Muller on two hashed uniforms).
 float normal(std::uint64_t seed, std::uint64_t k) {
   const auto u = [&](std::uint64_t j) {
-    return (static_cast<double>(splitmix(seed ^ splitmix(j)) >> 11) + 0.5) * 0x1.0p-53;
+    return (static_cast<double>(splitmix64(seed ^ splitmix64(j)) >> 11) + 0.5) * 0x1.0p-53;
   };
   const double r = std::sqrt(-2.0 * std::log(u(2 * k))), t = 2.0 * M_PI * u(2 * k + 1);
   return static_cast<float>(r * std::cos(t));
@@ -68,21 +64,21 @@ struct Net {
 class MlpWorkload final : public Workload {
  public:
   MlpWorkload(const WorkloadSpec& spec, Shape shape)
-      : cfg_(spec.config), net_{shape}, node_seed_(splitmix(spec.node_seed ^ 0x6d6c70)) {
+      : cfg_(spec.config), net_{shape}, node_seed_(splitmix64(spec.node_seed ^ 0x6d6c70)) {
     const std::size_t P = shape.params();
     theta_.resize(P);
     teacher_.resize(P);
     m_.assign(P, 0.0f);
     v_.assign(P, 0.0f);
     // Student and teacher both start from the run seed (students identical on every node).
-    const std::uint64_t student = splitmix(cfg_.seed ^ 0x73747564), teach = splitmix(cfg_.seed);
+    const std::uint64_t student = splitmix64(cfg_.seed ^ 0x73747564), teach = splitmix64(cfg_.seed);
     init(theta_, student, 1.0f);
     init(teacher_, teach, 2.0f);  // a teacher with larger weights: a non-trivial target
     // The fixed held-out set.
     const std::size_t n = std::size_t{cfg_.eval_batches} * cfg_.batch;
     eval_x_.resize(n * shape.in);
     eval_y_.resize(n * shape.out);
-    sample(splitmix(cfg_.seed ^ 0x6576616c), 0, n, eval_x_.data(), eval_y_.data());
+    sample(splitmix64(cfg_.seed ^ 0x6576616c), 0, n, eval_x_.data(), eval_y_.data());
   }
 
   std::string describe() const override {
