@@ -323,7 +323,7 @@ void RoundEngine::on_match(MatchResult m, Time now) {
     if (!average_phi_ && std::isfinite(group_clip_) && delta_norm_ > group_clip_) {
       scale = static_cast<float>(group_clip_ / delta_norm_);
       spdlog::warn(
-          "round {}: our pseudo-gradient's norm {:.6g} is more than {:.0f}x the median of "
+          "round {}: our pseudo-gradient's norm {:.6g} is more than {:.1f}x the median of "
           "the group's declared norms: scaled down to {:.6g}",
           state_.round, delta_norm_, kMaxNormToMedian, group_clip_);
       r.note = fmt::format("our pseudo-gradient scaled down from {:.6g} to {:.6g}", delta_norm_,

@@ -139,7 +139,7 @@ TEST(CompressedRounds, SparseLoCoGoesOnThroughAKillAndAJoin) {
 }
 
 // A member whose θ lands 1000 away from φ every phase declares its error buffer's norm; the
-// group scales its message down to 4× the median of the declared norms (the all-gather scales
+// group scales its message down to 1.5× the median of the declared norms (the all-gather scales
 // the buffer a piece at a time as it reads it). φ stays near the targets and bit-identical.
 TEST(CompressedRounds, AnOutsizedErrorBufferIsScaledDown) {
   for (Kind k : {Kind::sparseloco, Kind::e3m0}) {
@@ -147,12 +147,13 @@ TEST(CompressedRounds, AnOutsizedErrorBufferIsScaledDown) {
     Swarm s(49, options(k));
     grow(s, 4, {ms(3000), {}});
     const std::size_t outlier = join_outsized_member(s);
-    s.run_for(ms(120'000));
-    // (Unscaled, the mean would pass the bound of the declared norms: no step would be taken.
-    // Measured: SparseLoCo's φ within 10, E3M0's 12.4 — its honest members' buffers, and so the
-    // bound, are larger; a fifth of −1000 would move φ by ~200 a round.)
-    expect_only_outlier_clipped(s, outlier, 12, 20.0f, 8);
-    expect_identical_per_round(s, 12);
+    s.run_for(ms(600'000));
+    // (Unscaled, the mean would pass the bound of the declared norms: no step would be taken; a
+    // fifth of −1000 would move φ by ~200 a round. Measured after 100 rounds: SparseLoCo's φ
+    // within 2.5, E3M0's 2.3; with the bound at 4× the median, 4.9 and 511 — E3M0's honest
+    // buffers, and so the bound, grew round after round.)
+    expect_only_outlier_clipped(s, outlier, 90, 4.0f, 80);
+    expect_identical_per_round(s, 90);
   }
 }
 

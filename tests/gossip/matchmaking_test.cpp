@@ -268,18 +268,19 @@ TEST(Matchmaking, DiLoCoGroupDecisionsComeFromTheRecords) {
   }
 }
 
-// DiLoCo: a member's ‖Δ‖ counts up to 4× the median of its group's declared norms (the upper
+// DiLoCo: a member's ‖Δ‖ counts up to 1.5× the median of its group's declared norms (the upper
 // middle of an even count, so that one small norm in a pair or a trio cannot pull it down); a
 // member that declares none among members that do is left out; nobody is judged when nobody
 // declares one.
-TEST(Matchmaking, NormClipIsFourTimesTheGroupsMedianAndUndeclaredNormsAreLeftOut) {
+TEST(Matchmaking, NormClipIsOneAndAHalfTimesTheGroupsMedianAndUndeclaredNormsAreLeftOut) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
-  EXPECT_DOUBLE_EQ(norm_clip({1.0, 1.3, 0.7, 40.0}), 4 * 1.3);
-  EXPECT_DOUBLE_EQ(norm_clip({6.6, 51.0, 64.0}), 4 * 51.0);  // non-IID members stay unclipped
-  EXPECT_DOUBLE_EQ(norm_clip({1.0, 4.5}), 4 * 4.5);
-  EXPECT_DOUBLE_EQ(norm_clip({2.0, nan, 1.0, 3.0}), 4 * 2.0);
+  EXPECT_DOUBLE_EQ(norm_clip({1.0, 1.3, 0.7, 40.0}), kMaxNormToMedian * 1.3);
+  EXPECT_DOUBLE_EQ(norm_clip({6.6, 51.0, 64.0}),
+                   kMaxNormToMedian * 51.0);  // non-IID members stay unclipped
+  EXPECT_DOUBLE_EQ(norm_clip({1.0, 4.5}), kMaxNormToMedian * 4.5);
+  EXPECT_DOUBLE_EQ(norm_clip({2.0, nan, 1.0, 3.0}), kMaxNormToMedian * 2.0);
   // Two attackers of five cannot move the median.
-  EXPECT_DOUBLE_EQ(norm_clip({1.0, 1.1, 0.9, 5e3, 6e3}), 4 * 1.1);
+  EXPECT_DOUBLE_EQ(norm_clip({1.0, 1.1, 0.9, 5e3, 6e3}), kMaxNormToMedian * 1.1);
   EXPECT_TRUE(std::isnan(norm_clip({nan, nan})));
   EXPECT_TRUE(std::isnan(norm_clip({})));
 
@@ -314,7 +315,7 @@ TEST(Matchmaking, DiLoCoGroupsCarryTheDeclaredNormsAndLeaveOutAnUndeclaredOne) {
     EXPECT_EQ(w.got[i].wait_for, 3u);  // the records' 4, net of the member left out
     ASSERT_EQ(w.got[i].delta_norms.size(), 3u);
     for (std::size_t j = 0; j < 3; ++j) EXPECT_EQ(w.got[i].delta_norms.at(w.ids[j]), norms[j]);
-    EXPECT_DOUBLE_EQ(w.got[i].clip_norm, 4 * 1.2);
+    EXPECT_DOUBLE_EQ(w.got[i].clip_norm, kMaxNormToMedian * 1.2);
     ASSERT_EQ(w.got[i].left_out.size(), 1u);
     EXPECT_EQ(w.got[i].left_out[0], w.ids[3]);
   }
