@@ -21,8 +21,10 @@ transport::Result<std::unique_ptr<RingAllReduce>> RingAllReduce::create(
   if (auto ok = check_group(ring, self, "the all-reduce ring"); !ok) return ok.failure();
   if (opts.chunk_values == 0 || opts.chunk_values % 256 != 0)
     return {errc::rejected, "all-reduce chunk_values must be a positive multiple of 256"};
-  if (opts.codec == WireCodec::e3m0)
-    return {errc::rejected, "the all-reduce sums partial results: E3M0 cannot carry them"};
+  if (opts.codec == WireCodec::e3m0 && !opts.residual)
+    return {errc::rejected,
+            "the all-reduce sums partial results: E3M0 carries them only with error feedback "
+            "(residual)"};
   return std::unique_ptr<RingAllReduce>(
       new RingAllReduce(op, self, std::move(ring), std::move(input), opts, now, std::move(out)));
 }
@@ -39,15 +41,22 @@ RingAllReduce::RingAllReduce(OpId op, NodeId self, std::vector<NodeId> ring, opt
   // member's own segment, or added to a partial sum), which rejects non-finite values, so a bad
   // input fails the op at its first chunk without delaying the first byte of a good one.
   if (result_.size() != n_) result_ = optim::Floats::zeros(n_, opts_.alloc);
+  if (opts_.residual) {
+    residual_ = optim::Floats::zeros(n_, opts_.alloc);
+    decoded_.resize(opts_.chunk_values);
+  }
   begin(now);
 }
 
 void RingAllReduce::alone(Time) {
+  // Nothing encoded: the result is the input exactly and nothing is left out.
   optim::by_fragments(n_,
                       [&](std::size_t lo, std::size_t hi) {
                         std::copy(input_.begin() + lo, input_.begin() + hi, result_.begin() + lo);
+                        if (opts_.residual)
+                          std::fill(residual_.begin() + lo, residual_.begin() + hi, 0.0f);
                       },
-                      {&input_, &result_});
+                      {&input_, &result_, &residual_});
 }
 
 void RingAllReduce::start_data(Time now) {
@@ -61,6 +70,7 @@ void RingAllReduce::start_data(Time now) {
     total_chunks_ += seg_chunks(s);
   }
   final_chunks_ = 0;
+  residual_sq_ = 0;
   // Reduce-scatter, hop 1: this member starts the chain of its own segment.
   next_own_ = 0;
   fill_own(now);
@@ -91,10 +101,23 @@ void RingAllReduce::send_chunk(Phase ph, std::size_t s, std::size_t c,
   const std::size_t at = seg_begin(s) + c * opts_.chunk_values;
   if (encode_values(opts_.codec, values, payload) != optim::CodecError::ok)
     return fail_encode(at, values.size());
-  if (ph == Phase::all_gather && owner(s) == me_) {
+  const bool owned = ph == Phase::all_gather && owner(s) == me_;
+  if (owned || opts_.residual) {
     // The owner keeps exactly what it sends, so every member holds the same bits.
-    decode_values(opts_.codec, payload, std::span<float>(result_).subspan(at, values.size()));
-    result_.release(at, at + values.size());
+    const std::span<float> sent = owned ? std::span<float>(result_).subspan(at, values.size())
+                                        : std::span<float>(decoded_.data(), values.size());
+    decode_values(opts_.codec, payload, sent);
+    if (opts_.residual) {
+      // What this encoding left out, in units of the members' inputs (the owner sent the mean).
+      const float scale = owned ? static_cast<float>(ring_.size()) : 1.0f;
+      float* r = residual_.data() + at;
+      for (std::size_t i = 0; i < values.size(); ++i) {
+        r[i] = scale * (values[i] - sent[i]);
+        residual_sq_ += static_cast<double>(r[i]) * r[i];
+      }
+      residual_.release(at, at + values.size());
+    }
+    if (owned) result_.release(at, at + values.size());
   }
   send(succ(), std::move(msg), now);
 }

@@ -10,6 +10,14 @@
 //  3. All-gather: the owner encodes the mean once, keeps the decoded bytes as its own result
 //     and sends the same bytes round the ring (N-2 forwards). Every member ends with the very
 //     same bits: the sum is taken in one fixed order and the mean is encoded exactly once.
+// With `residual` (E3M0 DiLoCo: 4-bit partial sums) each member also keeps, for every value, what
+// its one encoding of it left out: its own value minus what it sent (hop 1), the partial sum it
+// made minus what it sent (later hops), N × (mean − what it sent) (the owner). Every member
+// encodes each value exactly once an attempt, so the residuals of the members sum to the sum of
+// the inputs minus N × the result: added to the members' next inputs (error feedback), nothing
+// any encoding dropped is lost, it only arrives a round later. That is what lets a codec as
+// coarse as E3M0 carry partial sums: 2 (N−1)/N × 4 bits a value for each member, against the
+// all-gather's (N−1) × 4 bits.
 //  4. Each member sends `done` to every other member and finishes when it has the done of
 //     every member it has not lost (the usual case: one message delay), or `linger` after
 //     completing. A member that has completed never starts a retry itself (it has all it needs);
@@ -18,6 +26,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 
 #include <memory>
 #include <set>
@@ -49,6 +58,8 @@ struct AllReduceOptions {
   /// Where the result goes when no buffer of the right size is passed in (none: the heap; the
   /// node pages it).
   optim::FloatAllocator alloc;
+  /// Keep what this member's encodings left out (take_residual()); required for E3M0.
+  bool residual = false;
 };
 
 using AllReduceStats = RingStats;
@@ -80,6 +91,14 @@ class RingAllReduce final : public RingOp {
   /// Moves the result buffer out (for reading, or for the next op to reuse).
   optim::Floats take_result() { return std::move(result_); }
   const AllReduceOptions& options() const { return opts_; }
+  /// With options().residual, when done: what this member's encodings left out, value by value
+  /// (its next error buffer). Empty without.
+  optim::Floats take_residual() { return std::move(residual_); }
+  const optim::Floats& residual() const { return residual_; }
+  /// ‖the residual‖ (with options().residual, when done).
+  double residual_norm() const { return std::sqrt(residual_sq_); }
+  /// The input back, unchanged (with residual: the caller's error buffer, when the op failed).
+  optim::Floats take_input() { return std::move(input_); }
 
  private:
   std::size_t seg_begin(std::size_t s) const { return s * n_ / ring_.size(); }
@@ -103,10 +122,12 @@ class RingAllReduce final : public RingOp {
   std::size_t n_;
   // Every value is written by the all-gather before it is read.
   optim::Floats result_;
+  optim::Floats residual_;  // with opts_.residual: every value written once an attempt
+  double residual_sq_ = 0;  // its squared norm over the attempt
   std::vector<std::vector<bool>> reduced_, gathered_;  // per segment, per chunk: seen
   std::size_t final_chunks_ = 0, total_chunks_ = 0;
   std::size_t next_own_ = 0;  // this member's next own chunk to send (reduce-scatter hop 1)
-  std::vector<float> scratch_;
+  std::vector<float> scratch_, decoded_;
 };
 
 }  // namespace grove::gossip

@@ -132,7 +132,7 @@ void RoundEngine::submit(optim::Floats theta, Time now) {
   // is no larger, up to the codec's rounding). Either reads θ and φ whole (and writes e): seconds
   // for a large model, a job for the driver, off the strand.
   error_has_delta_ = round_mode_ == OuterMode::diloco && !entering_diloco_ && opts_.compressed;
-  delta_norm_ = std::numeric_limits<double>::quiet_NaN();
+  delta_norm_ = fresh_norm_ = std::numeric_limits<double>::quiet_NaN();
   // Streaming fragments: this round's part of φ (every member of a group is at its round).
   fragment_ = state_.round % std::max<std::size_t>(opts_.fragments, 1);
   slice_ = round_mode_ == OuterMode::diloco && !entering_diloco_
@@ -389,6 +389,33 @@ void RoundEngine::start_gather(const MatchResult& m, float scale, StartOp start,
           ? std::exchange(state_.error, {})
           : copy_range(state_.error, slice_.lo, slice_.end(state_.error.size()), opts_.floats));
   auto out = std::make_shared<optim::Floats>(std::move(spare_));
+  if (opts_.compressed->codec.kind == WireCodec::e3m0) {
+    // 4-bit partial sums in the ring all-reduce, each member keeping what its encodings left
+    // out: 2 (N − 1)/N × its message instead of the all-gather's (N − 1) ×.
+    if (scale != 1.0f)
+      optim::by_fragments(input->size(),
+                          [&](std::size_t lo, std::size_t hi) {
+                            for (std::size_t i = lo; i < hi; ++i) (*input)[i] *= scale;
+                          },
+                          {input.get()});
+    auto o = opts_.allreduce;
+    o.codec = WireCodec::e3m0;
+    o.residual = true;
+    o.alloc = opts_.floats;
+    o.start_grace = std::max(o.start_grace, opts_.match.window + opts_.match.read_timeout);
+    const auto bytes = allreduce_wire_bytes(o.codec, input->size(), m.group.size());
+    o.chunk_timeout = op_deadlines_.silence_for(exchange_wire_bytes(o.codec, o.chunk_values, 1),
+                                                o.chunk_timeout, bytes);
+    o.total_timeout =
+        op_deadline("all-reduce (E3M0, error feedback)", m.group.size(), bytes, o.chunk_timeout);
+    start.make = [op = start.op, self = store_.id(), ring = m.group, input, out,
+                  o](Time t) -> std::unique_ptr<Protocol> {
+      auto core = RingAllReduce::create(op, self, ring, std::move(*input), o, t, std::move(*out));
+      if (!core) spdlog::warn("the round's all-reduce was not started: {}", core.text());
+      return core ? std::move(*core) : nullptr;
+    };
+    return run_op(std::move(start), m.group, std::move(r), now);
+  }
   AllGatherOptions o;
   o.codec = opts_.compressed->codec;
   o.piece_values = opts_.compressed->piece_values;

@@ -398,8 +398,12 @@ class RoundEngine {
   Time op_deadline(const char* what, std::size_t members, std::uint64_t bytes, Time silence) const;
   /// Starts the round's averaging operation (made by start.make) among `group`.
   void run_op(StartOp start, const std::vector<NodeId>& group, RoundReport r, Time now);
+  /// E3M0 rounds: the most a member's residual (its next error buffer) may be, times its fresh
+  /// ‖Δ‖.
+  static constexpr double kMaxResidualToDelta = 2.0;
   /// Compressed rounds: the all-gather of our message, cut from the error buffer (scaled by
-  /// `scale` when its norm is above the group's bound).
+  /// `scale` when its norm is above the group's bound); E3M0: the all-reduce of the error buffer
+  /// with error feedback (its 4-bit partial sums: gossip/allreduce.hpp).
   void start_gather(const MatchResult& m, float scale, StartOp start, RoundReport r, Time now);
 
   dht::RecordStore& store_;
@@ -448,6 +452,8 @@ class RoundEngine {
   std::uint64_t group_round_ = 0;  // the round the group agreed on
   /// DiLoCo: ‖Δ‖ of this round's θ, declared in our ready records (NaN: entering from NoLoCo).
   double delta_norm_ = std::numeric_limits<double>::quiet_NaN();
+  /// Compressed rounds: ‖Δ‖ of this phase alone (delta_norm_ is ‖e‖, Δ with what is left over).
+  double fresh_norm_ = std::numeric_limits<double>::quiet_NaN();
   bool error_has_delta_ = false;          // compressed rounds: this round's Δ is in state_.error
   std::map<NodeId, double> group_norms_;  // the norms the running all-reduce's group declared
   double group_clip_ = std::numeric_limits<double>::quiet_NaN();  // and its norm_clip

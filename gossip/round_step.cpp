@@ -136,12 +136,15 @@ void RoundEngine::on_op_finished(std::unique_ptr<Protocol> p, Time now) {
   auto* ar = dynamic_cast<RingOp*>(p.get());
   if (!ar) return;
   auto* ag = dynamic_cast<RingAllGather*>(ar);
+  auto* all = dynamic_cast<RingAllReduce*>(ar);
+  // E3M0 rounds: the all-reduce fed back what its encodings left out (its residual).
+  const bool fed_back = all && all->options().residual;
   r.bytes_sent = ar->stats().bytes_sent;
   r.bytes_received = ar->stats().bytes_received;
-  // Compressed rounds: our error buffer comes back from the all-gather (unchanged).
-  optim::Floats error = ag ? ag->take_input() : optim::Floats{};
+  // Compressed rounds: our error buffer comes back from the op (unchanged).
+  optim::Floats error = ag ? ag->take_input() : fed_back ? all->take_input() : optim::Floats{};
   if (ar->status() != OpStatus::done) {
-    if (ag) put_back_error(std::move(error), state_.error);
+    if (ag || fed_back) put_back_error(std::move(error), state_.error);
     // The survivors' state after this round: the delta that leads there from ours, when they
     // end it (a state of this round is ours already).
     return begin_sync(state_.round + 1, false,
@@ -170,9 +173,24 @@ void RoundEngine::on_op_finished(std::unique_ptr<Protocol> p, Time now) {
     w->max_mean_norm = mean_norm_bound(ar->members(), ag->options().codec.kind, true);
     w->ring = ag->take_result();
   } else {
-    auto* all = static_cast<RingAllReduce*>(ar);
     w->max_mean_norm = mean_norm_bound(ar->members(), all->options().codec, false);
     w->ring = all->take_result();
+    if (fed_back) {
+      // Our next error buffer is what our encodings left out: no feedback left to apply. Part
+      // of it is other members' values (the partial sums we re-encoded); bounded by our own
+      // fresh Δ, so that one member's outsized message cannot grow every honest buffer, and
+      // with them the median that bounds it, round after round.
+      put_back_error(all->take_residual(), w->state.error);
+      w->compressed.reset();
+      const double most = kMaxResidualToDelta * fresh_norm_, got = all->residual_norm();
+      if (std::isfinite(most) && got > most) {
+        w->error_scale = static_cast<float>(most / got);
+        spdlog::info(
+            "round {}: what our 4-bit encodings left out ({:.6g}) is more than {:.0f}x "
+            "our pseudo-gradient's norm: scaled down to {:.6g}",
+            state_.round, got, kMaxResidualToDelta, most);
+      }
+    }
   }
   finish_round(std::move(r), std::move(w), std::move(members));
 }
@@ -233,6 +251,7 @@ void RoundEngine::on_step_done(std::uint64_t seq, Time now) {
     ++state_gen_;
     theta_ = std::move(w->theta);
     delta_norm_ = w->norm;
+    fresh_norm_ = w->fresh_norm;
     return ready(now);
   }
   if (w->kind == StepWork::Kind::save) {

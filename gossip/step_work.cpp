@@ -60,9 +60,9 @@ double pseudo_gradient_norm(const optim::Floats& phi, const optim::Floats& theta
 
 double accumulate_error(const optim::Floats& phi, const optim::Floats& theta, optim::Floats& e,
                         float decay, float scale, const optim::FloatAllocator& alloc,
-                        unsigned threads, Slice slice) {
+                        unsigned threads, Slice slice, double* fresh) {
   if (e.size() != phi.size()) e = optim::Floats::zeros(phi.size(), alloc);
-  double sum = 0.0;
+  double sum = 0.0, fresh_sum = 0.0;
   std::vector<float> d(std::min(slice.size(phi.size()), optim::kFragment));
   optim::by_fragments(slice.lo, slice.end(phi.size()),
                       [&](std::size_t lo, std::size_t hi) {
@@ -71,11 +71,16 @@ double accumulate_error(const optim::Floats& phi, const optim::Floats& theta, op
                         optim::pseudo_gradient(std::span(phi.data() + lo, hi - lo),
                                                std::span(theta.data() + lo, hi - lo), delta,
                                                threads, scale);
+                        if (fresh) {
+                          const double f = optim::l2_norm(delta.data(), delta.size());
+                          fresh_sum += f * f;
+                        }
                         optim::error_feedback_accumulate(part, delta, decay, threads);
                         const double x = optim::l2_norm(part.data(), part.size());
                         sum += x * x;
                       },
                       {&phi, &theta, &e});
+  if (fresh) *fresh = std::sqrt(fresh_sum);
   return std::sqrt(sum);
 }
 
@@ -155,7 +160,7 @@ void StepWork::run() {
   switch (kind) {
     case Kind::prepare:
       norm = compressed ? accumulate_error(phi, theta, state.error, compressed->decay, 1.0f, alloc,
-                                           threads, {sa, sb})
+                                           threads, {sa, sb}, &fresh_norm)
                         : pseudo_gradient_norm(phi, theta, threads, {sa, sb});
       blob = nullptr;
       return;  // (no step, no hash, no snapshot)
@@ -291,6 +296,8 @@ void StepWork::run() {
                 compressed->codec.feedback(part(e, lo, hi), compressed->piece_values) !=
                     optim::CodecError::ok)
               spdlog::error("round {}: our error buffer is not finite", state.round);
+            if (error_scale != 1.0f && e.size() == n)
+              for (float& v : part(e, lo, hi)) v *= error_scale;
             if (average_phi) {
               std::copy(ring.begin() + lo, ring.begin() + hi, phi.begin() + lo);
               std::fill(m.begin() + lo, m.begin() + hi, 0.0f);

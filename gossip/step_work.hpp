@@ -44,10 +44,10 @@ double pseudo_gradient_norm(const optim::Floats& phi, const optim::Floats& theta
 double norm_of(const optim::Floats& values, std::size_t offset, std::size_t n);
 /// Error feedback's accumulation over `slice`, e = decay·e + scale·(φ − θ), a fragment at a time
 /// (e made with `alloc`, φ's size, when empty); returns ‖e‖ over the slice (what the member will
-/// compress and declare).
+/// compress and declare), and ‖scale·(φ − θ)‖ in `fresh` when given.
 double accumulate_error(const optim::Floats& phi, const optim::Floats& theta, optim::Floats& e,
                         float decay, float scale, const optim::FloatAllocator& alloc,
-                        unsigned threads, Slice slice = {});
+                        unsigned threads, Slice slice = {}, double* fresh = nullptr);
 /// from[from_lo, from_lo + count) copied to into[into_lo, ...), a fragment at a time (each
 /// released once copied).
 void copy_values(const optim::Floats& from, std::size_t from_lo, optim::Floats& into,
@@ -149,8 +149,12 @@ struct StepWork {
   /// Where the new state's binary form goes (`blob`); nullptr: none is made (the engine serves
   /// no snapshots).
   std::shared_ptr<BlobStore> store;
-  Digest hash{};    ///< out: of the new φ
-  double norm = 0;  ///< prepare (out)
+  Digest hash{};          ///< out: of the new φ
+  double norm = 0;        ///< prepare (out)
+  double fresh_norm = 0;  ///< prepare with `compressed` (out): ‖Δ‖ of this phase alone
+  /// diloco_ring: the error buffer (over the slice) is multiplied by this once the step is taken
+  /// (an E3M0 all-reduce's residual above its bound: gossip/round.hpp).
+  float error_scale = 1.0f;
   void run();
 };
 

@@ -305,9 +305,9 @@ Run config (only with --bootstrap; fixed for the run, joiners take it from the s
   --noloco-beta X         NoLoCo step on the averaged pseudo-gradient (default 0.7)
   --noloco-gamma X        NoLoCo pull toward the partners' slow weights (default 0.7)
   --codec fp16|bf16|fp32|e3m0
-                          what goes on the wire (default fp16; e3m0 with diloco: each member
-                          sends its pseudo-gradient in 4 bits, with error feedback, in an
-                          all-gather instead of the all-reduce)
+                          what goes on the wire (default fp16; e3m0 with diloco: the
+                          all-reduce's partial sums in 4 bits, each member keeping what its
+                          encodings left out for its next round: error feedback)
   --window-ms MS          matchmaking window: nodes ready in the same window pair up
                           (default 10000; shorter for short rounds on a LAN)
   --eval-every N          inner steps between evaluations (default 100)

@@ -7,9 +7,10 @@
 //   ring    one RingAllReduce of Δ over all N members (DiLoCo)
 //   sparse  one RingAllGather of each member's top-64 of every 4096 values (SparseLoCo, fp32
 //           values and u16 indices: 0.094 bytes a parameter a message), up to --gather-max
-//   e3m0    the same with each member's Δ in E3M0 4-bit (E3M0 DiLoCo: 0.52 bytes a parameter)
-// An all-gather sends (N − 1) messages a member: it beats the ring while (N − 1) × its message
-// is below 2 × the fp16 tensor, and loses to it past that.
+//   e3m0    the ring all-reduce with E3M0 4-bit partial sums and error feedback (E3M0 DiLoCo:
+//           0.52 bytes a parameter an encoding, 2 (N − 1)/N encodings a member)
+// An all-gather sends (N − 1) messages a member: it beats the fp16 ring while (N − 1) × its
+// message is below 2 × the fp16 tensor, and loses to it past that.
 // The nodes carry small tensors that stand for the model: each message's time on the wire is
 // computed for its header plus its payload times params ÷ (values carried), so a 200 MB model
 // costs what it would while the simulation holds a few kB per node. A third step, the binary
@@ -69,8 +70,8 @@ double flow_bytes_per_ms(const Setup& s) {
 enum class Step { pair, ring, sparse, e3m0 };
 
 Outcome simulate(const Setup& s, std::size_t n, Step step) {
-  const bool ring = step == Step::ring;
-  const bool gather = step == Step::sparse || step == Step::e3m0;
+  const bool ring = step == Step::ring || step == Step::e3m0;
+  const bool gather = step == Step::sparse;
   const auto wall0 = std::chrono::steady_clock::now();
   GossipLinkModel link;
   link.latency = Time(static_cast<std::int64_t>(std::llround(s.rtt_ms / 2)));
@@ -78,8 +79,11 @@ Outcome simulate(const Setup& s, std::size_t n, Step step) {
   link.loss = s.loss;
   GossipNetwork net(s.seed + n * 4 + static_cast<std::size_t>(step), link);
   // Values each node carries: the ring needs a segment per member; a few per member are enough
-  // (an all-gather: one top-k chunk, one piece).
-  const std::size_t carried = ring ? std::max<std::size_t>(256, n * 8) : 4096;
+  // (an all-gather: one top-k chunk, one piece; E3M0: a 256-value block a segment, so that its
+  // per-block scales weigh what they do in a large model).
+  const std::size_t carried = step == Step::e3m0 ? 256 * n
+                              : ring             ? std::max<std::size_t>(256, n * 8)
+                                                 : 4096;
   const double scale = s.params / static_cast<double>(carried);
   net.set_payload_scale(scale);
   std::vector<NodeId> ids;
@@ -103,7 +107,7 @@ Outcome simulate(const Setup& s, std::size_t n, Step step) {
   const Time patient = Time(std::int64_t{1} << 40);  // the step's own length is what we measure
   if (gather) {
     gossip::AllGatherOptions o;
-    o.codec.kind = step == Step::sparse ? gossip::WireCodec::topk : gossip::WireCodec::e3m0;
+    o.codec.kind = gossip::WireCodec::topk;
     o.codec.topk = {4096, 64, false};
     o.piece_values = 4096;
     o.timers.chunk_timeout = patient;
@@ -116,6 +120,10 @@ Outcome simulate(const Setup& s, std::size_t n, Step step) {
   } else if (ring) {
     gossip::AllReduceOptions o;
     o.chunk_values = 256;
+    if (step == Step::e3m0) {
+      o.codec = gossip::WireCodec::e3m0;
+      o.residual = true;
+    }
     o.chunk_timeout = patient;
     o.total_timeout = patient;
     o.linger = patient;
@@ -204,7 +212,7 @@ int run_sync_time(const Args& a, const std::string& out) {
     const Outcome pair = simulate(s, n, Step::pair);
     Outcome ring, sparse, e3m0;
     if (nd <= ring_max) ring = simulate(s, n, Step::ring);
-    if (nd <= gather_max) {
+    if (nd <= gather_max) {  // (E3M0: 256 × N values a node)
       sparse = simulate(s, n, Step::sparse);
       e3m0 = simulate(s, n, Step::e3m0);
     }
@@ -215,10 +223,10 @@ int run_sync_time(const Args& a, const std::string& out) {
     std::fflush(stdout);
     csv.row({std::to_string(n), fmt(pair.max_s), fmt(pair.mean_s), fmt(ring.max_s),
              fmt(ring.mean_s), fmt(pair_model), fmt(ring_model), fmt(tree_pipe), fmt(tree_sf),
-             fmt(pair.wire_mb_per_node), fmt(ring.wire_mb_per_node), std::to_string(ring.failed),
-             std::to_string(pair.failed), fmt(sparse.max_s), fmt(sparse.wire_mb_per_node),
-             fmt(e3m0.max_s), fmt(e3m0.wire_mb_per_node),
-             std::to_string(sparse.failed + e3m0.failed), fmt(wall, 3)});
+             fmt(pair.wire_mb_per_node), fmt(ring.wire_mb_per_node),
+             std::to_string(ring.failed + e3m0.failed), std::to_string(pair.failed),
+             fmt(sparse.max_s), fmt(sparse.wire_mb_per_node), fmt(e3m0.max_s),
+             fmt(e3m0.wire_mb_per_node), std::to_string(sparse.failed), fmt(wall, 3)});
   }
   std::printf("csv: %s\n", csv.path().c_str());
   plot("sync-time", csv.path(), out + "/sync_time.png");

@@ -82,6 +82,95 @@ TEST(RingAllReduce, SendsTheBandwidthOptimalAmount) {
   }
 }
 
+// Σ over `members` of input − (residual + result): what the op lost, value by value, against the
+// inputs' sum of magnitudes (0 when every encoding kept what it left out).
+double conservation_error(Swarm& s, const std::vector<NodeId>& members, std::size_t self) {
+  const auto result = vec(s.at(self)->result());
+  double worst = 0, scale = 0;
+  for (std::size_t k = 0; k < result.size(); ++k) {
+    double in = 0, kept = 0;
+    for (const auto& id : members) {
+      const auto i =
+          static_cast<std::size_t>(std::find(s.ids.begin(), s.ids.end(), id) - s.ids.begin());
+      in += s.inputs[i][k];
+      kept += s.at(i)->residual().data()[k] + static_cast<double>(result[k]);
+      scale = std::max(scale, std::abs(static_cast<double>(s.inputs[i][k])));
+    }
+    worst = std::max(worst, std::abs(in - kept));
+  }
+  return worst / scale;
+}
+
+// E3M0 carries the ring's partial sums only with error feedback (`residual`): each member keeps
+// what its one encoding of each value left out, so the members' residuals and N × the result add
+// up to the sum of the inputs; the results are bit-identical, and each member sends 2 (N − 1)/N
+// of the 4-bit tensor (against the all-gather's N − 1 times it).
+TEST(RingAllReduce, E3M0PartialSumsKeepWhatTheirEncodingsLeaveOut) {
+  for (std::size_t N : {2u, 3u, 5u}) {
+    SCOPED_TRACE(std::to_string(N) + " members");
+    AllReduceOptions o;
+    o.codec = WireCodec::e3m0;
+    o.chunk_values = 1024;
+    o.residual = true;
+    const std::size_t n = 1024 * 16 * N + 77;
+    Swarm s(31 + N, N, n, o);
+    s.start();
+    ASSERT_TRUE(s.net.run_until([&] { return s.all_finished(); }, 60s));
+    double left_out = 0;
+    for (std::size_t i = 0; i < N; ++i) {
+      ASSERT_EQ(s.at(i)->status(), OpStatus::done) << s.at(i)->failure();
+      EXPECT_EQ(vec(s.at(i)->result()), vec(s.at(0)->result())) << "member " << i;
+      left_out = std::max(left_out, s.at(i)->residual_norm());
+      const double ideal = 2.0 * (N - 1) / N * static_cast<double>(encoded_size(o.codec, n));
+      EXPECT_LE(static_cast<double>(s.net.bytes_sent(s.ids[i])), ideal * 1.1) << "member " << i;
+    }
+    EXPECT_GT(left_out, 0.0);  // (4 bits a value leave something out)
+    EXPECT_LT(conservation_error(s, s.ids, 0), 1e-5);
+  }
+  AllReduceOptions plain;
+  plain.codec = WireCodec::e3m0;
+  EXPECT_FALSE(RingAllReduce::create(OpId{}, NodeId{}, {NodeId{}},
+                                     optim::Floats(std::vector<float>(8)), plain, dht::Time(0)));
+}
+
+// A member dying at any byte: the survivors redo the op among themselves, every value's residual
+// is written again by the attempt that completes, and what they keep still adds up to their
+// inputs.
+TEST(RingAllReduce, E3M0SurvivorsKeepWhatTheirEncodingsLeaveOut) {
+  AllReduceOptions o;
+  o.codec = WireCodec::e3m0;
+  o.residual = true;
+  o.chunk_values = 256;
+  o.chunk_timeout = 2000ms;
+  o.heartbeat = 500ms;
+  o.linger = 3000ms;
+  const std::size_t N = 5, n = 256 * 2 * N + 100;
+  std::mt19937_64 rng(77);
+  int excluded = 0;
+  for (int trial = 0; trial < 30; ++trial) {
+    sim::GossipLinkModel link;
+    link.bytes_per_ms = 500;
+    link.loss_detect = 50ms;
+    Swarm s(3000 + trial, N, n, o, link);
+    s.net.kill_at_byte(s.ids[rng() % N], rng() % n);
+    s.start();
+    ASSERT_TRUE(s.net.run_until([&] { return s.all_finished(); }, 120s)) << "trial " << trial;
+    std::size_t ref = N;
+    for (std::size_t i = 0; i < N; ++i) {
+      if (!s.net.alive(s.ids[i])) continue;
+      ASSERT_EQ(s.at(i)->status(), OpStatus::done)
+          << "trial " << trial << ": " << s.at(i)->failure();
+      if (ref == N) ref = i;
+      EXPECT_EQ(vec(s.at(i)->result()), vec(s.at(ref)->result())) << "trial " << trial;
+    }
+    ASSERT_LT(ref, N);
+    const auto members = s.at(ref)->members();
+    excluded += members.size() < N;
+    EXPECT_LT(conservation_error(s, members, ref), 1e-5) << "trial " << trial;
+  }
+  EXPECT_GT(excluded, 15);
+}
+
 TEST(RingAllReduce, SurvivorsAreBitIdenticalWhenAMemberDiesAtAnyByte) {
   AllReduceOptions o;
   o.chunk_values = 256;

@@ -106,13 +106,15 @@ TEST(CompressedRounds, EveryAlgorithmEndsRoundsBitIdenticalAndLearns) {
     SCOPED_TRACE(name(k));
     const Outcome c = run(k, 47, true, ms(300'000));
     EXPECT_GE(c.averaged * 10, c.rounds * 9);
-    // Measured (47): fp16 all-reduce 0.411, E3M0 0.419, SparseLoCo 0.699, 2-bit 0.706, from
-    // 2.299. (SparseLoCo has no outer momentum: on this problem it learns more slowly per round.)
+    // Measured (47): fp16 all-reduce 0.411, E3M0 0.409 (0.419 when it all-gathered its
+    // messages), SparseLoCo 0.699, 2-bit 0.706, from 2.299. (SparseLoCo has no outer momentum:
+    // on this problem it learns more slowly per round.)
     EXPECT_LT(c.loss, k == Kind::e3m0 ? dense.loss * 1.05 : 0.8);
     // The bytes a member sends a round, against the fp16 all-reduce's (2 × 3/4 × 2 bytes a
-    // value): E3M0 3 × ~0.52, top-k 8 of 64 3 × 6 × 8 / 64, 2-bit 3 × (4 + 2 + 16) / 64.
+    // value): E3M0 2 × 3/4 × ~0.52 (the all-reduce of 4-bit partial sums; measured 2.98×, 1.7×
+    // when it all-gathered), top-k 8 of 64 3 × 6 × 8 / 64, 2-bit 3 × (4 + 2 + 16) / 64.
     const double ratio = dense.bytes_per_round / c.bytes_per_round;
-    EXPECT_GT(ratio, k == Kind::e3m0 ? 1.7 : (k == Kind::sparseloco ? 1.25 : 2.4)) << ratio;
+    EXPECT_GT(ratio, k == Kind::e3m0 ? 2.7 : (k == Kind::sparseloco ? 1.25 : 2.4)) << ratio;
   }
 }
 
