@@ -82,6 +82,16 @@ TEST(RingAllReduce, SendsTheBandwidthOptimalAmount) {
   }
 }
 
+// Small chunks and short timers: a member killed mid-op is suspected within seconds.
+AllReduceOptions kill_options() {
+  AllReduceOptions o;
+  o.chunk_values = 256;
+  o.chunk_timeout = 2000ms;
+  o.heartbeat = 500ms;
+  o.linger = 3000ms;
+  return o;
+}
+
 // Σ over `members` of input − (residual + result): what the op lost, value by value, against the
 // inputs' sum of magnitudes (0 when every encoding kept what it left out).
 double conservation_error(Swarm& s, const std::vector<NodeId>& members, std::size_t self) {
@@ -137,13 +147,9 @@ TEST(RingAllReduce, E3M0PartialSumsKeepWhatTheirEncodingsLeaveOut) {
 // is written again by the attempt that completes, and what they keep still adds up to their
 // inputs.
 TEST(RingAllReduce, E3M0SurvivorsKeepWhatTheirEncodingsLeaveOut) {
-  AllReduceOptions o;
+  AllReduceOptions o = kill_options();
   o.codec = WireCodec::e3m0;
   o.residual = true;
-  o.chunk_values = 256;
-  o.chunk_timeout = 2000ms;
-  o.heartbeat = 500ms;
-  o.linger = 3000ms;
   const std::size_t N = 5, n = 256 * 2 * N + 100;
   std::mt19937_64 rng(77);
   int excluded = 0;
@@ -172,11 +178,7 @@ TEST(RingAllReduce, E3M0SurvivorsKeepWhatTheirEncodingsLeaveOut) {
 }
 
 TEST(RingAllReduce, SurvivorsAreBitIdenticalWhenAMemberDiesAtAnyByte) {
-  AllReduceOptions o;
-  o.chunk_values = 256;
-  o.chunk_timeout = 2000ms;
-  o.heartbeat = 500ms;
-  o.linger = 3000ms;
+  const AllReduceOptions o = kill_options();
   const std::size_t N = 8, n = 256 * 2 * N + 100;
   std::mt19937_64 rng(2024);
   int excluded = 0;
