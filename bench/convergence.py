@@ -10,6 +10,10 @@ Bytes: per node and round, the bytes a node's averaging operation sent (round_by
 syncs left out), also per parameter; each against DiLoCo with fp32 on the wire (the reference,
 --reference), with the final eval loss's gap to the reference's. The last line:
   convergence-bytes: <config> <bytes ratio>x <loss gap %> ...
+With --seeds S1,S2,... every configuration runs once per seed (reports in --out/seed-<s>/), and a
+last table and convergence_seeds.csv give each configuration's mean final eval loss over the
+seeds with its range, and the gap to the reference seed by seed (the last line then carries the
+means).
 
 Every configuration is the same run config (seed, model, batch, inner steps, schedule, ...) except
 --outer; the single node runs N x the steps of a swarm node, and every node's cosine schedule
@@ -66,11 +70,19 @@ def parse_args():
     ap.add_argument("--inner-steps", type=int, default=50, help="H, inner steps per round")
     ap.add_argument("--fragments", type=int, default=5,
                     help="F of the *-fragments configurations (dividing --inner-steps)")
+    ap.add_argument("--pair-fragments", type=int, default=0,
+                    help="F of noloco-fragments (0: --fragments): its pairs average 1/F of the "
+                    "model a round, so that one run can hold DiLoCo's streaming fragments and "
+                    "NoLoCo's compressed pairs at their own F")
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--seq-len", type=int, default=128)
     ap.add_argument("--lr", default="0.001")
     ap.add_argument("--warmup", type=int, default=100)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--seeds", default="",
+                    help="comma-separated seeds (overrides --seed): every configuration runs "
+                    "once per seed, each seed's report goes to --out/seed-<s>/, and a last table "
+                    "gives each configuration's mean over the seeds with its range")
     ap.add_argument("--window-ms", type=int, default=2000, help="matchmaking window")
     ap.add_argument("--eval-every", type=int, default=50)
     ap.add_argument("--eval-batches", type=int, default=8)
@@ -100,13 +112,14 @@ CONFIGS = {
     "sparseloco-fragments": ["--outer", "sparseloco", "--fragments", "{F}"],
     # Compressed NoLoCo pairs: a round every H steps as NoLoCo's (inner steps H x F), in which a
     # pair averages 1/F of the model (drawn from its window) and the rest takes the local step.
-    "noloco-fragments": ["--outer", "noloco", "--fragments", "{F}", "--inner-steps", "{HF}"],
+    "noloco-fragments": ["--outer", "noloco", "--fragments", "{PF}", "--inner-steps", "{PHF}"],
     "single": None,  # --single-outer
 }
 
 
 def outer_args(a, name):
-    subst = {"{F}": str(a.fragments), "{HF}": str(a.inner_steps * a.fragments)}
+    pf = a.pair_fragments or a.fragments
+    subst = {"{F}": str(a.fragments), "{PF}": str(pf), "{PHF}": str(a.inner_steps * pf)}
     return [subst.get(x, x) for x in CONFIGS[name]]
 
 
@@ -197,7 +210,7 @@ LABELS = {"noloco": "{n} nodes NoLoCo", "diloco": "{n} nodes DiLoCo",
           "sparseloco-nesterov": "{n} nodes SparseLoCo + Nesterov",
           "diloco-fragments": "{n} nodes DiLoCo, {F} fragments",
           "sparseloco-fragments": "{n} nodes SparseLoCo, {F} fragments",
-          "noloco-fragments": "{n} nodes NoLoCo, pairs average 1/{F}",
+          "noloco-fragments": "{n} nodes NoLoCo, pairs average 1/{PF}",
           "single": "1 node, {f}x steps"}
 COLORS = {"noloco": "tab:blue", "diloco": "tab:orange", "single": "tab:green",
           "diloco-fp32": "tab:red", "diloco-e3m0": "tab:purple", "sparseloco": "tab:brown",
@@ -293,6 +306,80 @@ def main():
     for c in configs:
         if c not in CONFIGS:
             raise nb.BenchError(f"--configs: unknown configuration {c!r}")
+    if not a.seeds:
+        run_seed(a, configs)
+        return 0
+    try:
+        seeds = [int(s) for s in a.seeds.split(",") if s.strip()]
+    except ValueError:
+        raise nb.BenchError(f"--seeds: expected comma-separated integers, got {a.seeds!r}")
+    if not seeds:
+        raise nb.BenchError("--seeds: no seed given")
+    per_seed = []
+    for s in seeds:
+        b = argparse.Namespace(**vars(a))
+        b.seed, b.out = s, os.path.join(a.out, f"seed-{s}")
+        print(f"=== seed {s} (report in {b.out}) ===", flush=True)
+        per_seed.append(run_seed(b, configs))
+    report_seeds(a, seeds, per_seed)
+    return 0
+
+
+def report_seeds(a, seeds, per_seed):
+    """Each configuration over the seeds: the mean final eval loss and its range, the mean bytes
+    a node sent a round, and their ratios and gaps to the reference (each seed's gap to its own
+    reference run, then the mean and range of those)."""
+    summs = [s for s, _ in per_seed]
+    labels = per_seed[-1][1]
+    configs = [c for c in summs[0] if all(c in s for s in summs)]
+    print()
+    print(f"Over {len(seeds)} seeds ({', '.join(map(str, seeds))}): final eval loss, mean "
+          f"[min, max]; bytes a node's averaging sent a round, mean; against {a.reference}")
+    hdr = ["config", "final eval mean [min, max]", "bytes/node/round", "bytes/param/round",
+           "ratio to reference", "gap to reference mean [min, max]"]
+    out, last, rows = [], [], []
+    have_ref = all(a.reference in s for s in summs)
+    for c in configs:
+        finals = [s[c]["final_mean"] for s in summs]
+        rb = [s[c]["round_bytes"] if c != "single" else float("nan") for s in summs]
+        mean_rb = sum(rb) / len(rb)
+        params = summs[0][c]["params"]
+        per_param = f"{mean_rb / params:.4f}" if params and mean_rb == mean_rb else "-"
+        ratio = gap = "-"
+        if have_ref and mean_rb == mean_rb and mean_rb > 0:
+            ref_rb = sum(s[a.reference]["round_bytes"] for s in summs) / len(summs)
+            ratio = f"{ref_rb / mean_rb:.1f}x"
+        if have_ref:
+            gaps = [100.0 * (s[c]["final_mean"] / s[a.reference]["final_mean"] - 1.0)
+                    for s in summs]
+            g = sum(gaps) / len(gaps)
+            gap = f"{g:+.2f}% [{min(gaps):+.2f}, {max(gaps):+.2f}]"
+            if c != a.reference and ratio != "-":
+                last.append(f"{c} {ratio} {g:+.2f}%")
+        out.append([labels[c], f"{sum(finals) / len(finals):.4f} [{min(finals):.4f}, "
+                    f"{max(finals):.4f}]", f"{mean_rb:.0f}", per_param, ratio, gap])
+        for seed, s in zip(seeds, summs):
+            rows.append({"config": c, "seed": seed, "final_eval": s[c]["final_mean"],
+                         "round_bytes": s[c]["round_bytes"],
+                         "reference_final_eval": s[a.reference]["final_mean"] if have_ref else ""})
+    print(nb.table(out, hdr))
+    write_csv(os.path.join(a.out, "convergence_seeds.csv"), rows)
+    print(f"wrote {os.path.join(a.out, 'convergence_seeds.csv')}")
+    if all("noloco" in s and "noloco-fragments" in s for s in summs):
+        gaps = [100.0 * (s["noloco-fragments"]["final_mean"] / s["noloco"]["final_mean"] - 1.0)
+                for s in summs]
+        per_param = [s["noloco-fragments"]["round_bytes"] / s["noloco-fragments"]["params"]
+                     for s in summs]
+        print(f"compressed NoLoCo against NoLoCo over the seeds: "
+              f"{sum(per_param) / len(per_param):.3f} bytes a parameter a round, final eval "
+              f"{sum(gaps) / len(gaps):+.2f}% [{min(gaps):+.2f}, {max(gaps):+.2f}]")
+    if last:
+        print("convergence-bytes: " + " ".join(last))
+
+
+def run_seed(a, configs):
+    """Runs (or with --report-only reads) every configuration for a.seed into a.out, prints its
+    tables and returns ({config: summary}, {config: label})."""
     logroot = os.path.join(a.out, "convergence")
     swarms = {}
     if a.report_only:
@@ -329,7 +416,8 @@ def main():
     n = swarm_cfg["nodes"] if swarm_cfg else a.nodes
     steps = swarm_cfg["steps_per_node"] if swarm_cfg else a.steps
     factor = summ["single"]["steps"] // max(steps, 1) if "single" in summ else n
-    labels = {c: LABELS[c].format(n=n, f=factor, F=a.fragments) for c in summ}
+    labels = {c: LABELS[c].format(n=n, f=factor, F=a.fragments,
+                                  PF=a.pair_fragments or a.fragments) for c in summ}
     floor = next(iter(summ.values()))["floor"]
     if not a.no_plot:
         title = (f"{a.workload} {a.model_size}: {n} nodes x {steps} steps vs 1 node x "
@@ -369,7 +457,7 @@ def main():
                   "(param_hash of their last round): the swarm split or diverged")
     ref = summ.get(a.reference)
     if ref is None:
-        return 0
+        return summ, labels
     print()
     print(f"Bytes a node's averaging sent per round, against {labels[a.reference]} (the "
           f"reference); final eval loss against the reference's ({ref['final_mean']:.4f})")
@@ -394,7 +482,7 @@ def main():
               f"fewer bytes a round ({s['round_bytes'] / s['params']:.3f} bytes a parameter), "
               f"final eval {100.0 * (s['final_mean'] / pairs['final_mean'] - 1.0):+.2f}%")
     print("convergence-bytes: " + " ".join(last))
-    return 0
+    return summ, labels
 
 
 if __name__ == "__main__":
