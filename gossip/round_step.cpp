@@ -182,6 +182,7 @@ void RoundEngine::on_op_finished(std::unique_ptr<Protocol> p, Time now) {
       // with them the median that bounds it, round after round.
       put_back_error(all->take_residual(), w->state.error);
       w->compressed.reset();
+      w->error_is_residual = true;
       const double most = kMaxResidualToDelta * fresh_norm_, got = all->residual_norm();
       if (std::isfinite(most) && got > most) {
         w->error_scale = static_cast<float>(most / got);

@@ -270,6 +270,12 @@ void StepWork::run() {
                     ", the mean of the norms the members declared (a member sent more than it "
                     "declared): the round's step is not taken, slow weights unchanged";
           ring.release();
+          if (error_is_residual && e.size() == n)
+            optim::by_fragments(lo0, hi0,
+                                [&](std::size_t lo, std::size_t hi) {
+                                  std::fill(e.begin() + lo, e.begin() + hi, 0.0f);
+                                },
+                                {&e});
           break;
         }
       }
@@ -296,7 +302,7 @@ void StepWork::run() {
                 compressed->codec.feedback(part(e, lo, hi), compressed->piece_values) !=
                     optim::CodecError::ok)
               spdlog::error("round {}: our error buffer is not finite", state.round);
-            if (error_scale != 1.0f && e.size() == n)
+            if (error_is_residual && error_scale != 1.0f && e.size() == n)
               for (float& v : part(e, lo, hi)) v *= error_scale;
             if (average_phi) {
               std::copy(ring.begin() + lo, ring.begin() + hi, phi.begin() + lo);

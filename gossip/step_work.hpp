@@ -152,8 +152,11 @@ struct StepWork {
   Digest hash{};          ///< out: of the new φ
   double norm = 0;        ///< prepare (out)
   double fresh_norm = 0;  ///< prepare with `compressed` (out): ‖Δ‖ of this phase alone
-  /// diloco_ring: the error buffer (over the slice) is multiplied by this once the step is taken
-  /// (an E3M0 all-reduce's residual above its bound: gossip/round.hpp).
+  /// diloco_ring after an E3M0 all-reduce: state.error (over the slice) is already what this
+  /// member's encodings left out (gossip/allreduce.hpp), multiplied by `error_scale` once the step
+  /// is taken (a residual above its bound: gossip/round.hpp), and emptied when it is not taken
+  /// (part of it is other members' values, one of whom sent more than it declared).
+  bool error_is_residual = false;
   float error_scale = 1.0f;
   void run();
 };

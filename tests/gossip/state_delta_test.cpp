@@ -127,6 +127,31 @@ TEST(StateDelta, AMeanAboveTheDeclaredNormsIsNotStepped) {
   }
 }
 
+// After an E3M0 all-reduce the error buffer is already the member's residual (part of it other
+// members' values): a step taken scales it by its bound; a step refused (someone sent more than
+// it declared) empties it, so that nothing of the liar's message stays behind to be sent again.
+TEST(StateDelta, AnE3M0ResidualIsScaledWithItsStepAndEmptiedWithoutIt) {
+  const optim::DiLoCoConfig cfg{0.7f, 0.9f};
+  const auto s0 = state_of(4, 7);
+  const auto d = mean_delta(5);
+  const double norm = optim::l2_norm(d.data(), d.size());
+  for (const double bound : {1.001 * norm, 0.5 * norm}) {
+    SCOPED_TRACE(bound);
+    StepWork w;
+    w.kind = StepWork::Kind::diloco_ring;
+    w.state = s0;
+    w.state.error = optim::Floats(s0.phi.size(), 0.25f);
+    w.diloco = cfg;
+    w.ring = d;
+    w.max_mean_norm = bound;
+    w.error_is_residual = true;
+    w.error_scale = 0.5f;
+    w.run();
+    const float want = bound > norm ? 0.125f : 0.0f;
+    EXPECT_EQ(w.state.error.to_vector(), std::vector<float>(s0.phi.size(), want));
+  }
+}
+
 // ‖φ − θ‖ without writing Δ, a fragment at a time and over threads, is the plain sum's.
 TEST(StateDelta, PseudoGradientNormIsThePlainOnes) {
   const auto a = state_of(8, 0).phi.to_vector(), b = state_of(9, 0).phi.to_vector();
