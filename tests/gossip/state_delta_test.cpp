@@ -92,6 +92,18 @@ TEST(StateDelta, ReplaysTwoRoundsToTheGroupsVeryBits) {
 // its members declared): a mean within it is stepped and kept as a delta; one above it (a member
 // sent more than it declared) is not applied at all — φ and momentum stay, the round advances,
 // no delta is kept — and the step says why.
+// A DiLoCo step of `s0` with mean Δ `d`, the mean's norm bounded by `bound`.
+StepWork ring_step(const optim::OuterState& s0, const optim::Floats& d,
+                   const optim::DiLoCoConfig& cfg, double bound) {
+  StepWork w;
+  w.kind = StepWork::Kind::diloco_ring;
+  w.state = s0;
+  w.diloco = cfg;
+  w.ring = d;
+  w.max_mean_norm = bound;
+  return w;
+}
+
 TEST(StateDelta, AMeanAboveTheDeclaredNormsIsNotStepped) {
   const optim::DiLoCoConfig cfg{0.7f, 0.9f};
   const auto s0 = state_of(4, 7);
@@ -99,15 +111,10 @@ TEST(StateDelta, AMeanAboveTheDeclaredNormsIsNotStepped) {
   const double norm = optim::l2_norm(d.data(), d.size());
   for (const double bound : {1.001 * norm, 0.5 * norm}) {
     SCOPED_TRACE(bound);
-    StepWork w;
-    w.kind = StepWork::Kind::diloco_ring;
-    w.state = s0;
+    StepWork w = ring_step(s0, d, cfg, bound);
     w.state.round = 8;  // (the engine's ++round before the job)
-    w.diloco = cfg;
-    w.ring = d;
     w.delta_store = memory_blob_store();
     w.delta_from = weights_hash(s0.phi);
-    w.max_mean_norm = bound;
     w.run();
     EXPECT_EQ(w.state.round, 8u);
     if (bound > norm) {
@@ -137,13 +144,8 @@ TEST(StateDelta, AnE3M0ResidualIsScaledWithItsStepAndEmptiedWithoutIt) {
   const double norm = optim::l2_norm(d.data(), d.size());
   for (const double bound : {1.001 * norm, 0.5 * norm}) {
     SCOPED_TRACE(bound);
-    StepWork w;
-    w.kind = StepWork::Kind::diloco_ring;
-    w.state = s0;
+    StepWork w = ring_step(s0, d, cfg, bound);
     w.state.error = optim::Floats(s0.phi.size(), 0.25f);
-    w.diloco = cfg;
-    w.ring = d;
-    w.max_mean_norm = bound;
     w.error_is_residual = true;
     w.error_scale = 0.5f;
     w.run();
