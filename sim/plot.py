@@ -25,7 +25,7 @@ def sync_time(data, ax):
     series = [("noloco_s", "NoLoCo pair exchange (simulated)", "o-"),
               ("ring_s", "DiLoCo ring all-reduce (simulated)", "s-"),
               ("sparseloco_s", "SparseLoCo all-gather, top-64/4096 (simulated)", "^-"),
-              ("e3m0_s", "E3M0 DiLoCo all-gather (simulated)", "v-"),
+              ("e3m0_s", "E3M0 DiLoCo all-reduce, 4-bit partial sums (simulated)", "v-"),
               ("tree_pipelined_s", "tree all-reduce, pipelined (α–β model)", "--"),
               ("tree_store_forward_s", "tree all-reduce, store-and-forward (α–β model)", ":")]
     for key, label, style in series:

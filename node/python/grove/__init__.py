@@ -162,8 +162,9 @@ class Node:
                fragments=None):
         """DiLoCo: all-reduce of the outer gradients within groups, Nesterov outer step.
 
-        ``codec="e3m0"``: each member sends its outer gradient in 4 bits (with error feedback),
-        all-gathered instead of all-reduced: about 4x fewer bytes than fp16 in groups of four.
+        ``codec="e3m0"``: the all-reduce carries 4-bit partial sums, each member keeping what its
+        encodings left out for its next round (error feedback): about 4x fewer bytes than fp16
+        at any group size.
         ``fragments=F`` (dividing ``inner_steps``): streaming fragments — a round every
         ``inner_steps / F`` steps synchronises one F-th of the parameters in turn."""
         fields = {"outer": "diloco", "inner_steps": inner_steps, "outer_lr": outer_lr,
