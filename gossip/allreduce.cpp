@@ -50,6 +50,7 @@ RingAllReduce::RingAllReduce(OpId op, NodeId self, std::vector<NodeId> ring, opt
 
 void RingAllReduce::alone(Time) {
   // Nothing encoded: the result is the input exactly and nothing is left out.
+  residual_sq_ = 0;
   optim::by_fragments(n_,
                       [&](std::size_t lo, std::size_t hi) {
                         std::copy(input_.begin() + lo, input_.begin() + hi, result_.begin() + lo);

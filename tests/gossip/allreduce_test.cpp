@@ -348,6 +348,20 @@ TEST(RingAllReduce, AMemberLeftAloneOutOfThreeFailsButOneOfAPairGoesOn) {
       EXPECT_EQ(r.status(), OpStatus::failed);
     }
   }
+  // E3M0 with error feedback: alone after its first chunks went out, the member keeps its input
+  // exactly and nothing is left out (the first attempt's residual is forgotten).
+  AllReduceOptions e = o;
+  e.codec = WireCodec::e3m0;
+  e.residual = true;
+  const std::vector<NodeId> pair{NodeId{1}, NodeId{2}};
+  std::vector<float> x(512);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = 0.3f + 0.01f * static_cast<float>(i % 7);
+  auto r = RingAllReduce::create(op_of(4), pair[0], pair, x, e, dht::Time(0)).value();
+  r->on_peer_failed(pair[1], dht::Time(1));
+  ASSERT_EQ(r->status(), OpStatus::done);
+  EXPECT_EQ(vec(r->result()), x);
+  EXPECT_EQ(vec(r->residual()), std::vector<float>(512, 0.0f));
+  EXPECT_EQ(r->residual_norm(), 0.0);
 }
 
 // Members whose views of the group differ suspect each other in turn; if both halves could go
