@@ -342,23 +342,31 @@ void RoundEngine::on_match(MatchResult m, Time now) {
     const std::size_t n = state_.phi.size();
     *input = average_phi_ ? delta(n, copy_range(state_.phi, 0, n, opts_.floats, 2 * n))
                           : delta(0, {}, scale, slice_);
-    // The previous all-reduce's result buffer is reused (its pages are already there).
-    auto out = std::make_shared<optim::Floats>(std::move(spare_));
-    auto o = opts_.allreduce;
-    o.alloc = opts_.floats;
-    // Members start when each has read the window's records: up to a read apart, more when a
-    // node's DHT strand is busy.
-    o.start_grace = std::max(o.start_grace, opts_.match.window + opts_.match.read_timeout);
-    const auto bytes = allreduce_wire_bytes(o.codec, input->size(), m.group.size());
-    o.chunk_timeout = op_deadlines_.silence_for(exchange_wire_bytes(o.codec, o.chunk_values, 1),
-                                                o.chunk_timeout, bytes);
-    o.total_timeout = op_deadline("all-reduce", m.group.size(), bytes, o.chunk_timeout);
-    start.make = [op, self, ring = m.group, input, out, o](Time t) -> std::unique_ptr<Protocol> {
-      auto core = RingAllReduce::create(op, self, ring, std::move(*input), o, t, std::move(*out));
-      if (!core) spdlog::warn("the round's all-reduce was not started: {}", core.text());
-      return core ? std::move(*core) : nullptr;
-    };
+    return start_allreduce(m, std::move(input), opts_.allreduce, "all-reduce", std::move(start),
+                           std::move(r), now);
   }
+  run_op(std::move(start), m.group, std::move(r), now);
+}
+
+void RoundEngine::start_allreduce(const MatchResult& m, std::shared_ptr<optim::Floats> input,
+                                  AllReduceOptions o, const char* what, StartOp start,
+                                  RoundReport r, Time now) {
+  // The previous all-reduce's result buffer is reused (its pages are already there).
+  auto out = std::make_shared<optim::Floats>(std::move(spare_));
+  o.alloc = opts_.floats;
+  // Members start when each has read the window's records: up to a read apart, more when a
+  // node's DHT strand is busy.
+  o.start_grace = std::max(o.start_grace, opts_.match.window + opts_.match.read_timeout);
+  const auto bytes = allreduce_wire_bytes(o.codec, input->size(), m.group.size());
+  o.chunk_timeout = op_deadlines_.silence_for(exchange_wire_bytes(o.codec, o.chunk_values, 1),
+                                              o.chunk_timeout, bytes);
+  o.total_timeout = op_deadline(what, m.group.size(), bytes, o.chunk_timeout);
+  start.make = [op = start.op, self = store_.id(), ring = m.group, input, out,
+                o](Time t) -> std::unique_ptr<Protocol> {
+    auto core = RingAllReduce::create(op, self, ring, std::move(*input), o, t, std::move(*out));
+    if (!core) spdlog::warn("the round's all-reduce was not started: {}", core.text());
+    return core ? std::move(*core) : nullptr;
+  };
   run_op(std::move(start), m.group, std::move(r), now);
 }
 
@@ -388,7 +396,6 @@ void RoundEngine::start_gather(const MatchResult& m, float scale, StartOp start,
       slice_.whole(state_.error.size())
           ? std::exchange(state_.error, {})
           : copy_range(state_.error, slice_.lo, slice_.end(state_.error.size()), opts_.floats));
-  auto out = std::make_shared<optim::Floats>(std::move(spare_));
   if (opts_.compressed->codec.kind == WireCodec::e3m0) {
     // 4-bit partial sums in the ring all-reduce, each member keeping what its encodings left
     // out: 2 (N − 1)/N × its message instead of the all-gather's (N − 1) ×.
@@ -401,21 +408,10 @@ void RoundEngine::start_gather(const MatchResult& m, float scale, StartOp start,
     auto o = opts_.allreduce;
     o.codec = WireCodec::e3m0;
     o.residual = true;
-    o.alloc = opts_.floats;
-    o.start_grace = std::max(o.start_grace, opts_.match.window + opts_.match.read_timeout);
-    const auto bytes = allreduce_wire_bytes(o.codec, input->size(), m.group.size());
-    o.chunk_timeout = op_deadlines_.silence_for(exchange_wire_bytes(o.codec, o.chunk_values, 1),
-                                                o.chunk_timeout, bytes);
-    o.total_timeout =
-        op_deadline("all-reduce (E3M0, error feedback)", m.group.size(), bytes, o.chunk_timeout);
-    start.make = [op = start.op, self = store_.id(), ring = m.group, input, out,
-                  o](Time t) -> std::unique_ptr<Protocol> {
-      auto core = RingAllReduce::create(op, self, ring, std::move(*input), o, t, std::move(*out));
-      if (!core) spdlog::warn("the round's all-reduce was not started: {}", core.text());
-      return core ? std::move(*core) : nullptr;
-    };
-    return run_op(std::move(start), m.group, std::move(r), now);
+    return start_allreduce(m, std::move(input), o, "all-reduce (E3M0, error feedback)",
+                           std::move(start), std::move(r), now);
   }
+  auto out = std::make_shared<optim::Floats>(std::move(spare_));
   AllGatherOptions o;
   o.codec = opts_.compressed->codec;
   o.piece_values = opts_.compressed->piece_values;

@@ -398,6 +398,11 @@ class RoundEngine {
   Time op_deadline(const char* what, std::size_t members, std::uint64_t bytes, Time silence) const;
   /// Starts the round's averaging operation (made by start.make) among `group`.
   void run_op(StartOp start, const std::vector<NodeId>& group, RoundReport r, Time now);
+  /// The round's ring all-reduce of `input` among m.group with `o` (its allocator, start grace
+  /// and deadlines set here from the window and the bytes; `what` names it in the log).
+  void start_allreduce(const MatchResult& m, std::shared_ptr<optim::Floats> input,
+                       AllReduceOptions o, const char* what, StartOp start, RoundReport r,
+                       Time now);
   /// E3M0 rounds: the most a member's residual (its next error buffer) may be, times its fresh
   /// ‖Δ‖.
   static constexpr double kMaxResidualToDelta = 2.0;

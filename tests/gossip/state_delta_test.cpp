@@ -92,26 +92,31 @@ TEST(StateDelta, ReplaysTwoRoundsToTheGroupsVeryBits) {
 // its members declared): a mean within it is stepped and kept as a delta; one above it (a member
 // sent more than it declared) is not applied at all — φ and momentum stay, the round advances,
 // no delta is kept — and the step says why.
-// A DiLoCo step of `s0` with mean Δ `d`, the mean's norm bounded by `bound`.
-StepWork ring_step(const optim::OuterState& s0, const optim::Floats& d,
-                   const optim::DiLoCoConfig& cfg, double bound) {
-  StepWork w;
-  w.kind = StepWork::Kind::diloco_ring;
-  w.state = s0;
-  w.diloco = cfg;
-  w.ring = d;
-  w.max_mean_norm = bound;
-  return w;
-}
+// A DiLoCo step of s0 with mean Δ d, its norm bounded just above ‖d‖ (taken) or at half of it
+// (refused: someone sent more than it declared).
+struct RingStep {
+  optim::DiLoCoConfig cfg{0.7f, 0.9f};
+  optim::OuterState s0 = state_of(4, 7);
+  std::vector<float> d = mean_delta(5);
+  double norm = optim::l2_norm(d.data(), d.size());
+  std::vector<double> bounds() const { return {1.001 * norm, 0.5 * norm}; }
+  StepWork at(double bound) const {
+    StepWork w;
+    w.kind = StepWork::Kind::diloco_ring;
+    w.state = s0;
+    w.diloco = cfg;
+    w.ring = d;
+    w.max_mean_norm = bound;
+    return w;
+  }
+};
 
 TEST(StateDelta, AMeanAboveTheDeclaredNormsIsNotStepped) {
-  const optim::DiLoCoConfig cfg{0.7f, 0.9f};
-  const auto s0 = state_of(4, 7);
-  const auto d = mean_delta(5);
-  const double norm = optim::l2_norm(d.data(), d.size());
-  for (const double bound : {1.001 * norm, 0.5 * norm}) {
+  const RingStep c;
+  const auto& [cfg, s0, d, norm] = c;
+  for (const double bound : c.bounds()) {
     SCOPED_TRACE(bound);
-    StepWork w = ring_step(s0, d, cfg, bound);
+    StepWork w = c.at(bound);
     w.state.round = 8;  // (the engine's ++round before the job)
     w.delta_store = memory_blob_store();
     w.delta_from = weights_hash(s0.phi);
@@ -138,19 +143,16 @@ TEST(StateDelta, AMeanAboveTheDeclaredNormsIsNotStepped) {
 // members' values): a step taken scales it by its bound; a step refused (someone sent more than
 // it declared) empties it, so that nothing of the liar's message stays behind to be sent again.
 TEST(StateDelta, AnE3M0ResidualIsScaledWithItsStepAndEmptiedWithoutIt) {
-  const optim::DiLoCoConfig cfg{0.7f, 0.9f};
-  const auto s0 = state_of(4, 7);
-  const auto d = mean_delta(5);
-  const double norm = optim::l2_norm(d.data(), d.size());
-  for (const double bound : {1.001 * norm, 0.5 * norm}) {
+  const RingStep c;
+  for (const double bound : c.bounds()) {
     SCOPED_TRACE(bound);
-    StepWork w = ring_step(s0, d, cfg, bound);
-    w.state.error = optim::Floats(s0.phi.size(), 0.25f);
+    StepWork w = c.at(bound);
+    const std::size_t n = c.s0.phi.size();
+    w.state.error = optim::Floats(n, 0.25f);
     w.error_is_residual = true;
     w.error_scale = 0.5f;
     w.run();
-    const float want = bound > norm ? 0.125f : 0.0f;
-    EXPECT_EQ(w.state.error.to_vector(), std::vector<float>(s0.phi.size(), want));
+    EXPECT_EQ(w.state.error.to_vector(), std::vector<float>(n, bound > c.norm ? 0.125f : 0.0f));
   }
 }
 
