@@ -18,7 +18,16 @@ means).
 Every configuration is the same run config (seed, model, batch, inner steps, schedule, ...) except
 --outer; the single node runs N x the steps of a swarm node, and every node's cosine schedule
 spans its own steps (--schedule-steps = its --max-steps), so each run decays fully. The single
-node is alone: its rounds are local-only outer steps (--single-outer, default noloco).
+node is alone: a node that finds no partner keeps its inner phase's progress as it is (no outer
+step), so it trains as one trainer alone would. `single` runs --single-factor x the steps
+(default N), `single-1x` a swarm node's steps (equal compute per trainer).
+
+NoLoCo's variants (noloco-paper: the paper's settings spelt out; noloco-lookahead,
+noloco-group4, ...; --variant NAME=ARGS adds any other) are compared with DiLoCo: with diloco,
+noloco-paper and noloco among the configurations the last line is
+  convergence-noloco: N nodes, H h: diloco L, noloco-paper L (+x%), noloco-default L (+y%)
+(each loss the mean over the seeds), after a table of every configuration's gap to DiLoCo and to
+the single node at equal steps.
 
 Writes to --out (default bench-out/):
   convergence.csv        one row per eval/round/stop event per node per configuration
@@ -41,6 +50,7 @@ single node.
 import argparse
 import csv
 import os
+import subprocess
 import sys
 import time
 
@@ -57,6 +67,9 @@ def parse_args():
     ap.add_argument("--configs", default="noloco,diloco,single",
                     help="which configurations to run, comma-separated (" + ", ".join(CONFIGS) +
                     ")")
+    ap.add_argument("--variant", action="append", default=[], metavar="NAME=ARGS",
+                    help="one more configuration: NAME and its grove-node run options, e.g. "
+                    "'noloco-la3=--outer noloco --noloco-lookahead 0.3' (repeatable)")
     ap.add_argument("--reference", default="diloco-fp32",
                     help="the configuration the bytes and losses are compared with")
     ap.add_argument("--nodes", type=int, default=4, help="swarm size")
@@ -66,7 +79,10 @@ def parse_args():
     ap.add_argument("--single-outer", default="noloco", choices=["noloco", "diloco"],
                     help="outer optimiser of the lone node's local-only rounds")
     ap.add_argument("--model-size", default="tiny", help="gpt preset (tiny, small, base)")
-    ap.add_argument("--workload", default="gpt", help="gpt or mlp")
+    ap.add_argument("--workload", default="gpt",
+                    help="gpt or mlp (built in), or lstm or transformer: PyTorch models on "
+                    "Debian's fortunes corpus (apt-get install fortunes), each node with a "
+                    "trainer (bench/lm_trainer.py) through the grove package")
     ap.add_argument("--inner-steps", type=int, default=50, help="H, inner steps per round")
     ap.add_argument("--fragments", type=int, default=5,
                     help="F of the *-fragments configurations (dividing --inner-steps)")
@@ -113,7 +129,19 @@ CONFIGS = {
     # Compressed NoLoCo pairs: a round every H steps as NoLoCo's (inner steps H x F), in which a
     # pair averages 1/F of the model (drawn from its window) and the rest takes the local step.
     "noloco-fragments": ["--outer", "noloco", "--fragments", "{PF}", "--inner-steps", "{PHF}"],
-    "single": None,  # --single-outer
+    # NoLoCo with the paper's settings spelt out (pairs, alpha 0.5, beta = gamma = 0.7, each
+    # phase from phi), whatever grove-node's defaults are.
+    "noloco-paper": ["--outer", "noloco", "--noloco-alpha", "0.5", "--noloco-beta", "0.7",
+                     "--noloco-gamma", "0.7", "--noloco-group", "2", "--noloco-lookahead", "0"],
+    "noloco-lookahead": ["--outer", "noloco", "--noloco-lookahead", "0.5"],
+    "noloco-group4": ["--outer", "noloco", "--noloco-group", "4"],
+    "noloco-lookahead-group4": ["--outer", "noloco", "--noloco-lookahead", "0.5",
+                                "--noloco-group", "4"],
+    # DiLoCo with the paper's settings spelt out (lr 0.7, Nesterov 0.9 from the first round).
+    "diloco-paper": ["--outer", "diloco", "--outer-lr", "0.7", "--outer-momentum", "0.9",
+                     "--outer-warmup", "0"],
+    "single": None,  # --single-outer, --single-factor x the steps
+    "single-1x": None,  # the same, at a swarm node's steps
 }
 
 
@@ -123,9 +151,102 @@ def outer_args(a, name):
     return [subst.get(x, x) for x in CONFIGS[name]]
 
 
+# The run options of a configuration as keyword arguments of the grove package's noloco() and
+# diloco() (an external workload's run is made by its first trainer's choice).
+TRAINER_KWARGS = {"--noloco-alpha": "alpha", "--noloco-beta": "beta", "--noloco-gamma": "gamma",
+                  "--noloco-group": "group", "--noloco-lookahead": "lookahead",
+                  "--outer-lr": "outer_lr", "--outer-momentum": "momentum",
+                  "--outer-warmup": "warmup", "--codec": "codec", "--fragments": "fragments"}
+EXTERNAL = ("lstm", "transformer")  # --workload: bench/lm_models.py through bench/lm_trainer.py
+
+
+def trainer_args(outer, inner_steps):
+    """(--outer, --inner-steps, --outer-args) of bench/lm_trainer.py for a configuration."""
+    algo, kw, h, i = "noloco", [], inner_steps, 0
+    while i < len(outer):
+        k, v = outer[i], outer[i + 1]
+        i += 2
+        if k == "--outer":
+            if v not in ("noloco", "diloco"):
+                raise nb.BenchError(f"external workloads run noloco or diloco, not {v}")
+            algo = v
+        elif k == "--inner-steps":
+            h = int(v)
+        elif k in TRAINER_KWARGS:
+            kw.append(f"{TRAINER_KWARGS[k]}={v}")
+        else:
+            raise nb.BenchError(f"external workloads: no trainer argument for {k}")
+    return ["--outer", algo, "--inner-steps", str(h), "--outer-args", ",".join(kw)]
+
+
+def run_external(a, binary, name, outer, nodes, steps, logdir, sd):
+    """An external workload: each node with a PyTorch trainer (bench/lm_trainer.py) attached;
+    the trainers' JSON lines (their eval after every round and at the stop) go to logdir."""
+    run_args = ["--workload", "external", "--window-ms", str(a.window_ms)]
+    node_args = ["--max-steps", str(steps), "--threads", str(a.threads)]
+    targs = trainer_args(outer, a.inner_steps)
+    here = os.path.dirname(os.path.abspath(__file__))
+    trainers = []
+
+    def sock(nd):
+        return os.path.join(nd.state_dir, "trainer.sock")
+
+    def trainer(i, nd):  # (from this thread: a child dies with the thread that started it)
+        argv = ["/usr/bin/python3", os.path.join(here, "lm_trainer.py"), "--socket", sock(nd),
+                "--log", os.path.join(logdir, f"{nd.name}.trainer.jsonl"), "--model", a.workload,
+                "--steps", str(steps), "--lr", a.lr, "--warmup", str(a.warmup),
+                "--data-seed", str(a.seed * 100 + i), "--init-seed", str(1000 + a.seed)] + targs
+        with open(os.path.join(logdir, f"{nd.name}.trainer.out"), "w") as out:
+            trainers.append(nb.spawn(argv, stdout=out, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL))
+
+    # A node opens its trainer socket once it has the run (a bootstrap node: at once, and it
+    # says where it listens once its trainer has made the run; a joiner: once it has joined).
+    boot = nb.Node(binary, "node0", ["--bootstrap"] + run_args + node_args, logdir, sd)
+    nb.wait_until("node0's trainer socket", lambda: os.path.exists(sock(boot)), 120)
+    trainer(0, boot)
+    addr = boot.wait_listening(120)
+    swarm = [boot]
+    key = ["--swarm-key-file", os.path.join(boot.state_dir, "swarm.key")]
+    for i in range(1, nodes):
+        swarm.append(nb.Node(binary, f"node{i}", ["--peer", addr] + key + node_args, logdir, sd))
+    waiting = dict(enumerate(swarm[1:], 1))
+    end = time.monotonic() + a.timeout
+    while waiting and time.monotonic() < end:
+        for i, nd in list(waiting.items()):
+            if os.path.exists(sock(nd)):
+                trainer(i, nd)
+            if os.path.exists(sock(nd)) or nd.proc.poll() is not None:
+                del waiting[i]
+        time.sleep(0.2)
+    nb.wait_all(swarm, a.timeout)
+    for t in trainers:
+        t.wait(60)
+    return swarm
+
+
+def trainer_finals(swarm):
+    """Each node's trainer's last eval (its `final` line), or None without trainer logs."""
+    out = []
+    for nd in swarm:
+        path = os.path.join(os.path.dirname(nd.metrics_path), f"{nd.name}.trainer.jsonl")
+        lines = nb.read_metrics(path)
+        if not lines:
+            return None
+        out.append(lines[-1]["eval_loss"])
+    return out
+
+
 def run_config(a, binary, name, outer, nodes, steps, logroot):
     logdir = nb.fresh_dir(os.path.join(logroot, name))
     sd = nb.statedir(a.keep_state)
+    if a.workload in EXTERNAL:
+        print(f"[{name}] {nodes} node(s) x {steps} steps, {a.workload} trainers, "
+              f"{' '.join(outer)}; logs in {logdir}", flush=True)
+        t0 = time.monotonic()
+        swarm = run_external(a, binary, name, outer, nodes, steps, logdir, sd)
+        print(f"[{name}] done in {time.monotonic() - t0:.0f} s", flush=True)
+        return swarm
     inner = [] if "--inner-steps" in outer else ["--inner-steps", str(a.inner_steps)]
     run_args = ["--workload", a.workload, "--model-size", a.model_size, "--seed", str(a.seed)] + inner + [
                 "--batch", str(a.batch),
@@ -211,7 +332,12 @@ LABELS = {"noloco": "{n} nodes NoLoCo", "diloco": "{n} nodes DiLoCo",
           "diloco-fragments": "{n} nodes DiLoCo, {F} fragments",
           "sparseloco-fragments": "{n} nodes SparseLoCo, {F} fragments",
           "noloco-fragments": "{n} nodes NoLoCo, pairs average 1/{PF}",
-          "single": "1 node, {f}x steps"}
+          "noloco-paper": "{n} nodes NoLoCo (paper)",
+          "noloco-lookahead": "{n} nodes NoLoCo, look-ahead 0.5",
+          "noloco-group4": "{n} nodes NoLoCo, groups of 4",
+          "noloco-lookahead-group4": "{n} nodes NoLoCo, look-ahead 0.5, groups of 4",
+          "diloco-paper": "{n} nodes DiLoCo (paper)",
+          "single": "1 node, {f}x steps", "single-1x": "1 node, 1x steps"}
 COLORS = {"noloco": "tab:blue", "diloco": "tab:orange", "single": "tab:green",
           "diloco-fp32": "tab:red", "diloco-e3m0": "tab:purple", "sparseloco": "tab:brown",
           "sparseloco-2bit": "tab:pink", "sparseloco-nesterov": "tab:olive",
@@ -272,7 +398,7 @@ def summarise(name, swarm):
     stops = [nd.stop_event() for nd in swarm]
     if any(st is None for st in stops):
         raise nb.BenchError(f"[{name}] a node wrote no stop event")
-    finals = [st["eval_loss"] for st in stops]
+    finals = trainer_finals(swarm) or [st["eval_loss"] for st in stops]
     rounds = [e for nd in swarm for e in nd.events("round")]
     starts = [e["time"] for nd in swarm for e in nd.events("start")]
     # The slow weights each node ended with (DiLoCo: one value when the swarm stayed together).
@@ -291,7 +417,8 @@ def summarise(name, swarm):
         "steps_per_node": max(st["step"] for st in stops),
         "bytes": sum(st["bytes_sent"] for st in stops),
         "final_mean": sum(finals) / len(finals), "final_min": min(finals),
-        "final_max": max(finals), "floor": stops[0]["loss_floor"],
+        "final_max": max(finals),
+        "floor": stops[0]["loss_floor"] if stops[0]["loss_floor"] is not None else float("nan"),
         "averaged": sum(st["rounds_averaged"] for st in stops),
         "local": sum(st["rounds_local"] for st in stops),
         "syncs": sum(st["syncs"] for st in stops),
@@ -302,6 +429,12 @@ def summarise(name, swarm):
 
 def main():
     a = parse_args()
+    for v in a.variant:
+        name, eq, args = v.partition("=")
+        if not eq or not name or not args.split():
+            raise nb.BenchError(f"--variant: expected NAME=ARGS, got {v!r}")
+        CONFIGS[name] = args.split()
+        LABELS[name] = "{n} nodes " + name
     configs = [c.strip() for c in a.configs.split(",") if c.strip()]
     for c in configs:
         if c not in CONFIGS:
@@ -325,6 +458,28 @@ def main():
     return 0
 
 
+def noloco_report(a, finals, n):
+    """finals: {config: mean final eval loss}. Prints each configuration's gap to DiLoCo and to
+    one node alone at the same steps, and returns the convergence-noloco line (or None)."""
+    dl = finals.get("diloco")
+    one = finals.get("single-1x")
+    if dl is None and one is None:
+        return None
+    print()
+    print("Final eval loss against DiLoCo and against one node alone at a swarm node's steps:")
+    out = []
+    for c, v in finals.items():
+        out.append([c, f"{v:.4f}", f"{100 * (v / dl - 1):+.2f}%" if dl else "-",
+                    f"{100 * (v / one - 1):+.2f}%" if one else "-"])
+    print(nb.table(out, ["config", "final eval", "vs diloco", "vs single-1x"]))
+    if dl is None or "noloco-paper" not in finals or "noloco" not in finals:
+        return None
+    p, d = finals["noloco-paper"], finals["noloco"]
+    return (f"convergence-noloco: {n} nodes, H {a.inner_steps}: diloco {dl:.4f}, noloco-paper "
+            f"{p:.4f} ({100 * (p / dl - 1):+.1f}%), noloco-default {d:.4f} "
+            f"({100 * (d / dl - 1):+.1f}%)")
+
+
 def report_seeds(a, seeds, per_seed):
     """Each configuration over the seeds: the mean final eval loss and its range, the mean bytes
     a node sent a round, and their ratios and gaps to the reference (each seed's gap to its own
@@ -341,7 +496,8 @@ def report_seeds(a, seeds, per_seed):
     have_ref = all(a.reference in s for s in summs)
     for c in configs:
         finals = [s[c]["final_mean"] for s in summs]
-        rb = [s[c]["round_bytes"] if c != "single" else float("nan") for s in summs]
+        rb = [s[c]["round_bytes"] if not c.startswith("single") else float("nan")
+              for s in summs]
         mean_rb = sum(rb) / len(rb)
         params = summs[0][c]["params"]
         per_param = f"{mean_rb / params:.4f}" if params and mean_rb == mean_rb else "-"
@@ -375,6 +531,10 @@ def report_seeds(a, seeds, per_seed):
               f"{sum(gaps) / len(gaps):+.2f}% [{min(gaps):+.2f}, {max(gaps):+.2f}]")
     if last:
         print("convergence-bytes: " + " ".join(last))
+    means = {c: sum(s[c]["final_mean"] for s in summs) / len(summs) for c in configs}
+    line = noloco_report(a, means, summs[0][configs[0]]["nodes"] if configs else a.nodes)
+    if line:
+        print(line)
 
 
 def run_seed(a, configs):
@@ -394,9 +554,9 @@ def run_seed(a, configs):
         factor = a.single_factor or a.nodes
         os.makedirs(a.out, exist_ok=True)
         for c in configs:
-            if c == "single":
+            if c in ("single", "single-1x"):
                 swarms[c] = run_config(a, binary, c, ["--outer", a.single_outer], 1,
-                                       a.steps * factor, logroot)
+                                       a.steps * (factor if c == "single" else 1), logroot)
             else:
                 swarms[c] = run_config(a, binary, c, outer_args(a, c), a.nodes, a.steps,
                                        logroot)
@@ -412,7 +572,7 @@ def run_seed(a, configs):
           f"{os.path.join(a.out, 'convergence_curve.csv')}")
 
     # Sizes as run (with --report-only they come from the metrics, not from the options).
-    swarm_cfg = next((summ[c] for c in summ if c != "single"), None)
+    swarm_cfg = next((summ[c] for c in summ if not c.startswith("single")), None)
     n = swarm_cfg["nodes"] if swarm_cfg else a.nodes
     steps = swarm_cfg["steps_per_node"] if swarm_cfg else a.steps
     factor = summ["single"]["steps"] // max(steps, 1) if "single" in summ else n
@@ -455,8 +615,11 @@ def run_seed(a, configs):
         if c.startswith(("diloco", "sparseloco")) and s["phis"] > 1:
             print(f"note: the {labels[c]} nodes ended with {s['phis']} different slow weights "
                   "(param_hash of their last round): the swarm split or diverged")
+    line = noloco_report(a, {c: s["final_mean"] for c, s in summ.items()}, n)
     ref = summ.get(a.reference)
     if ref is None:
+        if line:
+            print(line)
         return summ, labels
     print()
     print(f"Bytes a node's averaging sent per round, against {labels[a.reference]} (the "
@@ -465,7 +628,7 @@ def run_seed(a, configs):
            "final eval", "gap to reference"]
     out, last = [], []
     for c, s in summ.items():
-        if c == "single":
+        if c.startswith("single"):
             continue
         ratio = ref["round_bytes"] / s["round_bytes"] if s["round_bytes"] else float("nan")
         gap = 100.0 * (s["final_mean"] / ref["final_mean"] - 1.0)
@@ -482,6 +645,8 @@ def run_seed(a, configs):
               f"fewer bytes a round ({s['round_bytes'] / s['params']:.3f} bytes a parameter), "
               f"final eval {100.0 * (s['final_mean'] / pairs['final_mean'] - 1.0):+.2f}%")
     print("convergence-bytes: " + " ".join(last))
+    if line:
+        print(line)
     return summ, labels
 
 

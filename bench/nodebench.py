@@ -157,7 +157,8 @@ class NodeFiles:
 
 def load_nodes(logdir):
     """The nodes of a finished run, node0 first, from the files they left in `logdir`."""
-    names = sorted((f[:-len(".jsonl")] for f in os.listdir(logdir) if f.endswith(".jsonl")),
+    names = sorted((f[:-len(".jsonl")] for f in os.listdir(logdir)
+                    if f.endswith(".jsonl") and not f.endswith(".trainer.jsonl")),
                    key=lambda n: (len(n), n))
     return [NodeFiles(logdir, n) for n in names]
 

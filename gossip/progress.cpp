@@ -31,9 +31,10 @@ OthersView view_of_others(const std::vector<dht::MemberInfo>& live, const NodeId
   OthersView o;
   for (const auto& mem : live) {
     if (mem.id == self || departed.contains(mem.id)) continue;
-    ++o.live;
     const std::uint64_t r = progress_of(mem).round;
     o.ahead |= r > round;
+    if (mem.status == "idle") continue;  // no trainer: no partner to wait for
+    ++o.live;
     const bool syncing = mem.status == "joining" || mem.status == "syncing";
     o.at_round += r == round && !syncing;
     o.syncing += syncing && r <= round;

@@ -28,7 +28,8 @@ transport::Result<Progress> decode_progress(std::span<const std::uint8_t> payloa
 /// published one yet) is at round 0 with no hash.
 Progress progress_of(const dht::MemberInfo& m);
 
-/// The other live members as a member at `round` sees them (ourselves and `departed` left out).
+/// The other live members as a member at `round` sees them (ourselves and `departed` left out;
+/// members whose record says "idle", which do not train, count only for `ahead`).
 struct OthersView {
   std::size_t live = 0, at_round = 0;  ///< all of them; those at our round
   std::size_t syncing = 0;  ///< fetching the state (status joining or syncing), not ahead of us

@@ -47,7 +47,7 @@ RoundEngine::RoundEngine(dht::RecordStore& store, dht::Membership& members, std:
   opts_.exchange.alloc = opts_.floats;
   op_deadlines_ = OpDeadlines(opts_.op_deadline);
   MatchOptions pair = opts_.match, group = opts_.match;
-  pair.group_size = 2;
+  pair.group_size = std::max<std::size_t>(2, opts_.noloco_group);
   pair.same_round = false;
   group.group_size = opts_.diloco_group;
   group.same_round = true;

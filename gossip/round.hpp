@@ -79,6 +79,7 @@ struct RoundOptions {
   OpDeadlineOptions op_deadline;
   MatchOptions match;            ///< group_size and same_round are set per mode
   std::size_t diloco_group = 0;  ///< 0 = everyone at the swarm round in the window
+  std::size_t noloco_group = 2;  ///< NoLoCo's groups (2: pairs; a remainder joins a group)
   Time mode_poll{5'000};
   std::uint64_t mode_lead = 2;  ///< a mode request names a round at least this far ahead
   bool serve_state = true;      ///< keep snapshots for joiners and announce them
@@ -207,13 +208,18 @@ class RoundEngine {
   /// error line otherwise).
   void submit(optim::Floats theta, Time now);
 
-  /// The slow weights, momentum and round (the next inner phase starts from state().phi); not
+  /// The slow weights, momentum and round (the next inner phase starts from start_part()); not
   /// while stepping().
   const optim::OuterState& state() const { return state_; }
+  /// Where the next inner phase starts, for a part of the fast weights: θ[i] = φ[offset + i], or
+  /// in NoLoCo rounds with a look-ahead λ (optim::NoLoCoConfig::lookahead)
+  /// φ[offset + i] + λ·m[offset + i].
+  void start_part(std::span<float> theta, std::size_t offset) const;
   /// Changes whenever state() is replaced (a step, a sync): a driver that reads φ over several
   /// calls (a fragment at a time) starts again when it changed.
   std::uint64_t state_generation() const { return state_gen_; }
-  /// θ[i] = α·θ[i] + (1−α)·φ[offset + i] for θ a part of the fast weights (see mix()).
+  /// θ[i] = α·θ[i] + (1−α)·s[i] for θ a part of the fast weights and s where a new phase would
+  /// start (start_part(); see mix()).
   void mix_part(std::span<float> theta, std::size_t offset, float alpha) const;
   /// state() in its binary form (optim/state_format.hpp), written once per new state into a blob
   /// of RoundOptions::blobs: the snapshot served to joiners; nullptr when the engine serves none.
@@ -237,6 +243,10 @@ class RoundEngine {
   void set_patience(Time t);
   /// Changes RoundOptions::group_wait (a leaving node sets 0: it does not wait for the group).
   void set_group_wait(Time t);
+  /// Whether this member trains at all (false: an external workload waiting for its trainer).
+  /// Its record then says "idle" while it is between rounds: the others neither wait for it to
+  /// form a group nor count it as a partner to be found.
+  void set_idle(bool idle);
   /// Our addresses for ready records and state offers from now on (empty: we accept no
   /// connections; partners wait for ours).
   void set_addresses(std::vector<std::string> a) { addresses_ = std::move(a); }
@@ -422,6 +432,7 @@ class RoundEngine {
 
   Phase phase_ = Phase::none;
   bool has_state_ = false;
+  bool idle_ = false;  ///< set_idle()
   optim::OuterState state_;
   Digest phi_hash_{};  // BLAKE2b-256 of state_.phi (reports, records and checks reuse it)
   std::vector<SnapshotJob> snapshot_jobs_;

@@ -119,9 +119,20 @@ void RoundEngine::on_op_finished(std::unique_ptr<Protocol> p, Time now) {
     for (const auto& [peer, why] : ex->failures())
       r.note += (r.note.empty() ? "" : "; ") + dht::short_hex(peer) + ": " + why;
     r.local_only = r.averaged_with.empty();
-    // Ours alone when nobody completed: the local-only step. The mean's buffer comes back as
-    // the report's spare.
     auto mean = ex->take_mean();
+    if (r.local_only) {
+      // Nobody completed: the step alone (θ as it is). θ went with the exchange unless the
+      // exchange carried Δ or a fragment: the mean is then ours, θ itself.
+      auto w = local_step(r);
+      if (w->theta.empty() && opts_.noloco.one_tensor() && slice_.whole(w->state.phi.size()))
+        w->theta = std::move(mean.at(0));
+      if (w->theta.size() != w->state.phi.size()) {
+        r.note += "; the inner phase's θ went with the exchange: slow weights unchanged";
+        w->kind = StepWork::Kind::none;
+      }
+      return finish_round(std::move(r), std::move(w));
+    }
+    // The mean's buffer comes back as the report's spare.
     auto w = step_work(StepWork::Kind::noloco_mean);
     // (φ went with the job: its size is the job's.)
     if (!slice_.whole(w->state.phi.size())) {  // fragments: θ (ours) came with step_work
@@ -301,9 +312,15 @@ void RoundEngine::publish_self(const char* status) {
   self.payload = encode_progress({state_.round, phi_hash_});
   // Our hash of each round, for joiners that check a state with us (gossip/state_check.hpp).
   if (server_ && has_state_) server_->note_hash(state_.round, phi_hash_);
-  self.status = status;
+  self.status = idle_ && std::strcmp(status, "training") == 0 ? "idle" : status;
   if (self.addresses.empty()) self.addresses = addresses_;
   members_.set_self(self);
+}
+
+void RoundEngine::set_idle(bool idle) {
+  if (idle_ == idle) return;
+  idle_ = idle;
+  if (phase_ == Phase::idle) publish_self("training");  // (between rounds: "idle" while idle_)
 }
 
 void RoundEngine::set_group_wait(Time t) {
@@ -315,12 +332,38 @@ void RoundEngine::set_patience(Time t) {
   if (groups_) groups_->set_patience(t);
 }
 
-void RoundEngine::mix_part(std::span<float> theta, std::size_t offset, float alpha) const {
+void RoundEngine::start_part(std::span<float> theta, std::size_t offset) const {
   assert(offset + theta.size() <= state_.phi.size());  // the driver's contract
   if (offset + theta.size() > state_.phi.size()) return;
   const float* phi = state_.phi.data() + offset;
-  for (std::size_t i = 0; i < theta.size(); ++i)
-    theta[i] = alpha * theta[i] + (1.0f - alpha) * phi[i];
+  const float la = opts_.noloco.lookahead;
+  if (la > 0.0f && mode_of(state_.round) == OuterMode::noloco &&
+      state_.momentum.size() == state_.phi.size()) {
+    const float* m = state_.momentum.data() + offset;
+    for (std::size_t i = 0; i < theta.size(); ++i) theta[i] = phi[i] + la * m[i];
+    state_.momentum.release(offset, offset + theta.size());
+    return;
+  }
+  std::copy_n(phi, theta.size(), theta.data());
+}
+
+void RoundEngine::mix_part(std::span<float> theta, std::size_t offset, float alpha) const {
+  assert(offset + theta.size() <= state_.phi.size());  // the driver's contract
+  if (offset + theta.size() > state_.phi.size()) return;
+  if (!(opts_.noloco.lookahead > 0.0f)) {  // from φ itself
+    const float* phi = state_.phi.data() + offset;
+    for (std::size_t i = 0; i < theta.size(); ++i)
+      theta[i] = alpha * theta[i] + (1.0f - alpha) * phi[i];
+    return;
+  }
+  std::vector<float> start(std::min(theta.size(), optim::kFragment));
+  for (std::size_t at = 0; at < theta.size(); at += start.size()) {
+    const std::size_t len = std::min(start.size(), theta.size() - at);
+    const auto s = std::span(start).first(len);
+    start_part(s, offset + at);
+    for (std::size_t i = 0; i < len; ++i)
+      theta[at + i] = alpha * theta[at + i] + (1.0f - alpha) * s[i];
+  }
 }
 
 }  // namespace grove::gossip

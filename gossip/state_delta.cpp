@@ -151,6 +151,7 @@ transport::Result<void> replay_delta(const StateBlob& blob, optim::OuterState& s
     return {errc::rejected, "the delta leads to round " + std::to_string(h->round) +
                                 ", the state is at round " + std::to_string(s.round)};
   if (h->from != hash) return {errc::rejected, "the delta starts from other slow weights"};
+  const optim::DiLoCoConfig step = cfg.at_round(h->round);  // (its outer warm-up's step)
   // The values it steps: φ[a, b) (all of φ but for a streaming fragment's round); the hash
   // covers all of φ.
   const std::size_t vb = value_bytes(h->codec), n = s.phi.size(), f = std::min(n, optim::kFragment);
@@ -185,7 +186,7 @@ transport::Result<void> replay_delta(const StateBlob& blob, optim::OuterState& s
         std::copy_n(s.phi.data() + lo, len, phi.data());
         std::copy_n(s.momentum.data() + lo, len, m.data());
         optim::diloco_step(std::span(phi).first(len), std::span(m).first(len),
-                           std::span(d).first(len), cfg, threads);
+                           std::span(d).first(len), step, threads);
         if (!optim::all_finite(std::span<const float>(phi).first(len)) ||
             !optim::all_finite(std::span<const float>(m).first(len))) {
           failed = {errc::rejected, "the delta steps the slow weights past the float range"};
@@ -207,7 +208,7 @@ transport::Result<void> replay_delta(const StateBlob& blob, optim::OuterState& s
                         const auto len = hi - lo;
                         optim::diloco_step(std::span(s.phi.data() + lo, len),
                                            std::span(s.momentum.data() + lo, len),
-                                           std::span(d).first(len), cfg, threads);
+                                           std::span(d).first(len), step, threads);
                       },
                       {&s.phi, &s.momentum});
   if (!failed) {

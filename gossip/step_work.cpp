@@ -131,6 +131,8 @@ void StepWork::run() {
   // Scratch of one fragment (Δ, or φ before the step) for the steps that need one.
   std::vector<float> scratch, scratch2;
   auto& e = state.error;
+  // DiLoCo's step for the round it ends (its outer warm-up: optim::DiLoCoConfig::at_round).
+  const optim::DiLoCoConfig dl = diloco.at_round(state.round);
   const bool flush = kind == Kind::local && mode == OuterMode::diloco && compressed &&
                      error_has_delta && e.size() == n;
   // The values a DiLoCo round steps: [sa, sb) (a streaming fragment, or all of them).
@@ -170,23 +172,25 @@ void StepWork::run() {
       hashed = true;
       break;
     case Kind::local:
-      if (mode == OuterMode::noloco) {
-        noloco_local(0, n);
-        break;
-      }
-      optim::by_fragments(
-          sa, sb,
-          [&](std::size_t lo, std::size_t hi) {
-            auto d = frag(scratch, hi - lo);
-            if (flush) {  // a lone member of compressed rounds: its whole error buffer
-              std::copy(e.begin() + lo, e.begin() + hi, d.begin());
-              std::fill(e.begin() + lo, e.begin() + hi, 0.0f);
-            } else {
-              optim::pseudo_gradient(part(phi, lo, hi), part(theta, lo, hi), d, threads);
-            }
-            optim::diloco_step(part(phi, lo, hi), part(m, lo, hi), d, diloco, threads);
-          },
-          {&phi, &m, &theta, &e});
+      // Alone (no group formed, or nobody completed the exchange): the inner phase's progress as
+      // it is, as one trainer alone would keep it: φ = θ, no outer step (an outer step on one
+      // member's pseudo-gradient extrapolates it: docs/ALGORITHMS.md). NoLoCo's momentum decays
+      // as if the round had added nothing (a look-ahead start then fades out); DiLoCo's stays
+      // (the group's, for when it meets again). A lone member of compressed rounds applies its
+      // whole error buffer, what it has not sent of this phase and the earlier ones: φ −= e.
+      optim::by_fragments(mode == OuterMode::noloco ? 0 : sa, mode == OuterMode::noloco ? n : sb,
+                          [&](std::size_t lo, std::size_t hi) {
+                            if (flush) {
+                              auto p = part(phi, lo, hi);
+                              for (std::size_t i = 0; i < p.size(); ++i) p[i] -= e[lo + i];
+                              std::fill(e.begin() + lo, e.begin() + hi, 0.0f);
+                              return;
+                            }
+                            std::copy(theta.begin() + lo, theta.begin() + hi, phi.begin() + lo);
+                            if (mode == OuterMode::noloco)
+                              for (float& v : part(m, lo, hi)) v *= noloco.alpha;
+                          },
+                          {&phi, &m, &theta, &e});
       break;
     case Kind::noloco_mean: {
       // With a slice (fragments): the pair's means over [sa, sb), ours elsewhere.
@@ -315,8 +319,7 @@ void StepWork::run() {
                 spdlog::warn("cannot keep the delta of round {}: {}", state.round, reason(r));
                 out.reset();
               }
-            optim::diloco_step(part(phi, lo, hi), part(m, lo, hi), part(ring, r0, r1), diloco,
-                               threads);
+            optim::diloco_step(part(phi, lo, hi), part(m, lo, hi), part(ring, r0, r1), dl, threads);
             ring.release(r0, r1);
           },
           {&phi, &m, &e});

@@ -129,9 +129,21 @@ const std::map<std::string, Setter>& config_options() {
        [](RunConfig& c, const std::string& o, const std::string& v) {
          c.outer_momentum = parse_number(o, v, 0, 0.999);
        }},
+      {"--outer-warmup",
+       [](RunConfig& c, const std::string& o, const std::string& v) {
+         c.outer_warmup = static_cast<std::uint32_t>(parse_whole(o, v, 0, 1'000'000));
+       }},
       {"--noloco-alpha",
        [](RunConfig& c, const std::string& o, const std::string& v) {
          c.noloco_alpha = parse_number(o, v, 0, 0.999);
+       }},
+      {"--noloco-group",
+       [](RunConfig& c, const std::string& o, const std::string& v) {
+         c.noloco_group = static_cast<std::uint32_t>(parse_whole(o, v, 2, 64));
+       }},
+      {"--noloco-lookahead",
+       [](RunConfig& c, const std::string& o, const std::string& v) {
+         c.noloco_lookahead = parse_number(o, v, 0, 0.999);
        }},
       {"--noloco-beta", [](RunConfig& c, const std::string& o,
                            const std::string& v) { c.noloco_beta = parse_number(o, v, 1e-6, 2); }},
@@ -294,6 +306,9 @@ Run config (only with --bootstrap; fixed for the run, joiners take it from the s
                           all-gathers each member's top-k of an error buffer, ~30x fewer bytes)
   --outer-lr X            DiLoCo Nesterov learning rate (default 0.7; SparseLoCo 1.0)
   --outer-momentum X      DiLoCo Nesterov momentum (default 0.9; SparseLoCo 0)
+  --outer-warmup N        DiLoCo: over the first N rounds the outer step ramps from plain
+                          averaging (lr 1, no momentum) to --outer-lr and --outer-momentum
+                          (default 0)
   --topk K                SparseLoCo: values sent per chunk (default 64)
   --topk-chunk N          SparseLoCo: chunk of the top-k, a power of two (default 4096)
   --topk-bits 32|2        SparseLoCo: bits per value sent (default 32; 2: a scale per chunk)
@@ -304,6 +319,9 @@ Run config (only with --bootstrap; fixed for the run, joiners take it from the s
   --noloco-alpha X        NoLoCo momentum (default 0.5)
   --noloco-beta X         NoLoCo step on the averaged pseudo-gradient (default 0.7)
   --noloco-gamma X        NoLoCo pull toward the partners' slow weights (default 0.7)
+  --noloco-group N        NoLoCo group size, 2 to 64 (default 2: pairs)
+  --noloco-lookahead X    NoLoCo: each inner phase starts from φ + X·m, where the momentum is
+                          heading (default 0: from φ)
   --codec fp16|bf16|fp32|e3m0
                           what goes on the wire (default fp16; e3m0 with diloco: the
                           all-reduce's partial sums in 4 bits, each member keeping what its

@@ -113,9 +113,12 @@ const std::vector<Field>& fields() {
        [](RunConfig& c, std::string_view v) { return c.set_outer(v); }},
       float_field("outer_lr", &RunConfig::outer_lr),
       float_field("outer_momentum", &RunConfig::outer_momentum),
+      u32_field("outer_warmup", &RunConfig::outer_warmup),
       float_field("noloco_alpha", &RunConfig::noloco_alpha),
       float_field("noloco_beta", &RunConfig::noloco_beta),
       float_field("noloco_gamma", &RunConfig::noloco_gamma),
+      u32_field("noloco_group", &RunConfig::noloco_group),
+      float_field("noloco_lookahead", &RunConfig::noloco_lookahead),
       {"codec", [](const RunConfig& c) { return std::string(to_string(c.codec)); },
        [](RunConfig& c, std::string_view v) {
          auto k = parse_codec(v);
@@ -219,6 +222,9 @@ std::string RunConfig::check() const {
   if (!in(noloco_alpha, 0, 0.999)) return "noloco alpha: 0 to 0.999";
   if (!(noloco_beta > 0 && noloco_beta <= 2)) return "noloco beta: above 0, at most 2";
   if (!in(noloco_gamma, 0, 2)) return "noloco gamma: 0 to 2";
+  if (!in(outer_warmup, 0, 1'000'000)) return "outer warm-up: 0 to 1000000 rounds";
+  if (!in(noloco_group, 2, 64)) return "noloco group: 2 to 64 members";
+  if (!in(noloco_lookahead, 0, 0.999)) return "noloco look-ahead: 0 to 0.999";
   if (!in(topk_chunk, 64, 65536) || (topk_chunk & (topk_chunk - 1)) != 0)
     return "top-k chunk: a power of two, 64 to 65536";
   if (!in(topk, 1, topk_chunk)) return "top-k: 1 to the chunk";

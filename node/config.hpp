@@ -63,7 +63,14 @@ struct RunConfig {
   OuterMode outer = OuterMode::noloco;
   float outer_lr = 0.7f;        ///< DiLoCo's Nesterov learning rate
   float outer_momentum = 0.9f;  ///< DiLoCo's Nesterov momentum
+  /// DiLoCo's outer warm-up (optim::DiLoCoConfig::warmup): over the first outer_warmup rounds
+  /// the step ramps from plain averaging (lr 1, no momentum) to outer_lr and outer_momentum.
+  std::uint32_t outer_warmup = 0;
   float noloco_alpha = 0.5f, noloco_beta = 0.7f, noloco_gamma = 0.7f;
+  /// NoLoCo's group size (2: pairs, the paper's) and look-ahead (each inner phase starts from
+  /// φ + noloco_lookahead × m; 0: from φ, the paper's).
+  std::uint32_t noloco_group = 2;
+  float noloco_lookahead = 0.0f;
   WireCodec codec = WireCodec::fp16;
   /// SparseLoCo (outer "sparseloco"): DiLoCo-mode rounds whose members each send the top-k of an
   /// error buffer (gossip/step_work.hpp, CompressedRounds), stepped with outer_lr and

@@ -50,8 +50,11 @@ gossip::RoundOptions round_options(const RunConfig& c, const CliOptions& cli, st
   o.noloco.alpha = c.noloco_alpha;
   o.noloco.beta = c.noloco_beta;
   o.noloco.gamma = c.noloco_gamma;
+  o.noloco.lookahead = c.noloco_lookahead;
+  o.noloco_group = c.noloco_group;
   o.diloco.lr = c.outer_lr;
   o.diloco.momentum = c.outer_momentum;
+  o.diloco.warmup = c.outer_warmup;
   o.fragments = c.fragments;
   const auto codec = c.codec;
   o.exchange.codec = codec;
@@ -271,6 +274,10 @@ void Node::Impl::open_trainer_socket() {
   eo.state_file = (state_dir / "trainer.state").string();
   eo.on_state = [this](const std::string& s) {
     board->update([&](MemberStatus& me) { me.status = s; });
+    // Without a trainer this member trains nothing: its record says so (the others do not wait
+    // for it to form a group).
+    if (round)
+      round->with_engine([idle = s != "training"](gossip::RoundEngine& e) { e.set_idle(idle); });
   };
   external_owner = std::make_unique<ExternalWorkload>(eo);
   console.trainer_socket(path);

@@ -190,6 +190,14 @@ transport::Result<TrainerMessage> decode_trainer_message(std::span<const std::ui
         return bad(std::string("hello: ") + key + " is 1 to " + std::to_string(most));
       *out = static_cast<std::uint32_t>(v);
     }
+  for (auto [key, out, least, most] : {std::tuple{"outer_warmup", &h.outer_warmup, 0u, 1'000'000u},
+                                       std::tuple{"noloco_group", &h.noloco_group, 2u, 64u}})
+    if (const auto* o = field(m, key); o && o->type != msgpack::type::NIL) {
+      if (!mp::get_u64(*o, v) || v < least || v > most)
+        return bad(std::string("hello: ") + key + " is " + std::to_string(least) + " to " +
+                   std::to_string(most));
+      *out = static_cast<std::uint32_t>(v);
+    }
   if (const auto* hs = field(m, "inner_steps"); hs && hs->type != msgpack::type::NIL) {
     if (!mp::get_u64(*hs, v) || v == 0 || v > 1'000'000)
       return bad("hello: inner_steps is 1 to 1000000");
@@ -200,6 +208,7 @@ transport::Result<TrainerMessage> decode_trainer_message(std::span<const std::ui
       !get_opt_float(m, "noloco_alpha", h.noloco_alpha) ||
       !get_opt_float(m, "noloco_beta", h.noloco_beta) ||
       !get_opt_float(m, "noloco_gamma", h.noloco_gamma) ||
+      !get_opt_float(m, "noloco_lookahead", h.noloco_lookahead) ||
       !get_opt_float(m, "error_decay", h.error_decay))
     return bad("hello: the algorithm's numbers must be finite numbers");
   if (const auto* pid = field(m, "pid"); pid && !mp::get_u64(*pid, h.pid)) return bad("hello: pid");
@@ -273,10 +282,19 @@ std::vector<std::uint8_t> encode_trainer_message(const TrainerMessage& msg) {
         opt(p, "noloco_alpha", h.noloco_alpha);
         opt(p, "noloco_beta", h.noloco_beta);
         opt(p, "noloco_gamma", h.noloco_gamma);
+        opt(p, "noloco_lookahead", h.noloco_lookahead);
+        for (auto [key, v] : {std::pair{"outer_warmup", &h.outer_warmup},
+                              std::pair{"noloco_group", &h.noloco_group}}) {
+          mp::pack_str(p, key);
+          if (*v)
+            p.pack_uint32(**v);
+          else
+            p.pack_nil();
+        }
         mp::pack_str(p, "pid");
         p.pack_uint64(h.pid);
       },
-      16);
+      19);
 }
 
 void apply_hello(const TrainerHello& h, RunConfig& c) {
@@ -298,6 +316,9 @@ void apply_hello(const TrainerHello& h, RunConfig& c) {
   if (h.noloco_alpha) c.noloco_alpha = *h.noloco_alpha;
   if (h.noloco_beta) c.noloco_beta = *h.noloco_beta;
   if (h.noloco_gamma) c.noloco_gamma = *h.noloco_gamma;
+  if (h.noloco_lookahead) c.noloco_lookahead = *h.noloco_lookahead;
+  if (h.outer_warmup) c.outer_warmup = *h.outer_warmup;
+  if (h.noloco_group) c.noloco_group = *h.noloco_group;
 }
 
 std::string check_hello(const TrainerHello& h, const RunConfig& c) {

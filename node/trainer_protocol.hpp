@@ -7,7 +7,8 @@
 // flattened), which the trainer maps.
 //
 //   trainer → node   hello   {version, tensors: [[name, [dims…], dtype]…], outer, inner_steps,
-//                             outer_lr, outer_momentum, noloco_alpha, noloco_beta, noloco_gamma,
+//                             outer_lr, outer_momentum, outer_warmup, noloco_alpha, noloco_beta,
+//                             noloco_gamma, noloco_group, noloco_lookahead,
 //                             pid}  (the algorithm fields are used only to create a run)
 //                    step    {loss, tokens, eval_loss}  one call of the trainer's step(); it then
 //                                                       waits for "go"
@@ -72,6 +73,9 @@ struct TrainerHello {
   std::optional<std::string> outer;  ///< noloco, diloco or sparseloco (RunConfig::set_outer)
   std::uint32_t inner_steps = 0;     ///< 0: not given
   std::optional<float> outer_lr, outer_momentum, noloco_alpha, noloco_beta, noloco_gamma;
+  std::optional<float> noloco_lookahead;
+  /// DiLoCo's outer warm-up in rounds, NoLoCo's group size (none: not given).
+  std::optional<std::uint32_t> outer_warmup, noloco_group;
   std::optional<WireCodec> codec;
   /// SparseLoCo's numbers (RunConfig); 0 / none: not given.
   std::uint32_t topk = 0, topk_chunk = 0, topk_bits = 0;

@@ -97,7 +97,8 @@ class Loop {
   void tally(const gossip::RoundReport& r);
   void evaluate();
   void publish_status(const char* status);
-  /// The live members (their addresses saved as contacts, node/contacts.hpp).
+  /// The live members that train (their addresses saved as contacts, node/contacts.hpp; those
+  /// whose record says "idle" are not counted).
   std::size_t live_members();
   void remember_contacts(const std::vector<std::string>& seen);
   std::vector<std::string> contacts_;  // as saved (the --peer list and the file's at first)
@@ -211,10 +212,9 @@ void Loop::execute(const Action& a) {
       if (theta_.size() != P_) theta_ = optim::Floats::zeros(P_, s_.floats);
       const std::size_t from = whole ? 0 : a.slice.lo, to = whole ? P_ : a.slice.end(P_);
       over_phi([&](const gossip::RoundEngine& e, std::size_t lo, std::size_t hi) {
-        const auto& phi = e.state().phi;
         lo = std::max(lo, from);
         hi = std::min(hi, to);
-        if (lo < hi) std::copy(phi.begin() + lo, phi.begin() + hi, theta_.begin() + lo);
+        if (lo < hi) e.start_part(std::span(theta_.data() + lo, hi - lo), lo);
       });
       // (The rest of θ is the workload's already: the θ it handed to the round.)
       if (whole)
@@ -486,9 +486,10 @@ std::size_t Loop::live_members() {
   std::vector<std::string> seen;
   s_.net.dht()->post_wait([&, m = s_.members](dht::DhtNode& d, dht::Time now) {
     const auto live = m->live(now);
-    n = live.size();
-    for (const auto& info : live)
+    for (const auto& info : live) {
+      n += info.status != "idle";  // (a member without its trainer trains nothing)
       if (info.id != d.id()) seen.insert(seen.end(), info.addresses.begin(), info.addresses.end());
+    }
     for (const auto& c : d.table().closest(d.id(), kMaxContacts)) seen.push_back(c.address);
   });
   remember_contacts(seen);

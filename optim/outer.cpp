@@ -120,6 +120,12 @@ void mix_kernel(float* __restrict t, float* __restrict p, const float* __restric
 
 }  // namespace
 
+DiLoCoConfig DiLoCoConfig::at_round(std::uint64_t round) const {
+  if (warmup == 0 || round > warmup) return {lr, momentum, 0};
+  const float s = static_cast<float>(round == 0 ? 0 : round - 1) / static_cast<float>(warmup);
+  return {1.0f + (lr - 1.0f) * s, momentum * s, 0};
+}
+
 void diloco_step(std::span<float> phi, std::span<float> buf, std::span<const float> delta_mean,
                  const DiLoCoConfig& cfg, unsigned threads) {
   assert(phi.size() == buf.size() && phi.size() == delta_mean.size());

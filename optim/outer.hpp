@@ -21,19 +21,29 @@ namespace grove::optim {
 /// DiLoCo: SGD with Nesterov momentum on the averaged pseudo-gradient, exactly as
 /// torch.optim.SGD(lr, momentum, nesterov=True, dampening=0, weight_decay=0):
 ///   b = μ·b + Δ;  φ = φ − lr·(Δ + μ·b).   (b starts at zero, which equals torch's first step.)
+/// `warmup` > 0: the step of round r (the round it ends in, counted from 1) uses
+/// at_round(r): over the first `warmup` rounds lr ramps linearly from 1 to `lr` and the momentum
+/// from 0 to `momentum`, so that the first outer step is plain averaging (φ = mean θ) and
+/// momentum builds up only once the pseudo-gradients have settled (a momentum of 0.9 gathered
+/// from a cold start's large first pseudo-gradients overshoots: docs/ALGORITHMS.md).
 struct DiLoCoConfig {
   float lr = 0.7f;
   float momentum = 0.9f;
+  std::uint32_t warmup = 0;
+  DiLoCoConfig at_round(std::uint64_t round) const;
 };
 void diloco_step(std::span<float> phi, std::span<float> buf, std::span<const float> delta_mean,
                  const DiLoCoConfig& cfg, unsigned threads = 1);
 
 /// NoLoCo: modified Nesterov with a consensus term, over a group G (i included):
 ///   m = α·m − β·mean_G(Δ) − γ·(φ − mean_G(φ));  φ = φ + m.
+/// `lookahead` > 0: each inner phase starts from θ = φ + lookahead·m (where the momentum is
+/// heading, as Nesterov's look-ahead) instead of θ = φ; the step itself is unchanged.
 struct NoLoCoConfig {
   float alpha = 0.5f;
   float beta = 0.7f;
   float gamma = 0.7f;
+  float lookahead = 0.0f;
   bool one_tensor() const { return beta == gamma; }
 };
 void noloco_step(std::span<float> phi, std::span<float> m, std::span<const float> delta_mean,

@@ -74,8 +74,19 @@ struct Outer {
   OuterMode mode = OuterMode::noloco;
   std::optional<gossip::CompressedRounds> compressed;
   bool sparseloco = false;
-  std::size_t fragments = 1;  ///< --fragments: a round averages one of that many fragments
+  std::size_t fragments = 1;     ///< --fragments: a round averages one of that many fragments
+  std::size_t noloco_group = 2;  ///< --noloco-group
+  float lookahead = 0.0f;        ///< --noloco-lookahead
 };
+
+// --noloco-group G and --noloco-lookahead L: NoLoCo's variant (gossip::RoundOptions).
+void read_noloco(const Args& a, Outer& outer) {
+  outer.noloco_group = static_cast<std::size_t>(a.count("noloco-group", 2));
+  outer.lookahead = static_cast<float>(a.num("noloco-lookahead", 0.0));
+  if (outer.noloco_group < 2 || outer.noloco_group > 64 || !(outer.lookahead >= 0.0f) ||
+      outer.lookahead >= 1.0f)
+    throw std::invalid_argument("--noloco-group: 2 to 64; --noloco-lookahead: 0 to 0.999");
+}
 
 // --fragments F (dividing H): a round every H/F inner steps averages one fragment of φ. Returns the
 // inner steps of a round.
@@ -106,6 +117,8 @@ SwarmOptions swarm_options(const Setup& s, const Outer& outer, std::shared_ptr<W
   SwarmOptions o = fast_options(outer.mode);
   o.round.compressed = outer.compressed;
   o.round.fragments = outer.fragments;
+  o.round.noloco_group = outer.noloco_group;
+  o.round.noloco.lookahead = outer.lookahead;
   if (outer.sparseloco) {
     o.round.diloco.lr = 1.0f;
     o.round.diloco.momentum = 0.0f;
@@ -263,6 +276,7 @@ int run_churn(const Args& a, const std::string& out) {
         "churn: need nodes >= 4, inner-steps >= 1, 0 <= share <= 1, "
         "minutes >= 1");
   Outer outer = parse_outer(mode_s);
+  read_noloco(a, outer);
   const std::uint32_t h = read_fragments(a, outer, hh);  // a round's inner steps
   std::printf(
       "churn: %zu nodes %s, H = %u (%zu fragment(s)), %.0f%% of them leave and as many join "
@@ -419,6 +433,7 @@ int run_scale(const Args& a, const std::string& out) {
   const double minutes = a.num("minutes", 5);
   const std::string mode_s = a.str("outer", "noloco");
   Outer outer = parse_outer(mode_s);
+  read_noloco(a, outer);
   for (double n : ns)
     if (n < 2 || n != std::floor(n) || n > 4096)
       throw std::invalid_argument("--nodes: whole numbers in 2..4096");

@@ -54,9 +54,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const auto params = h->model.params();
   check(params >= 1 && params <= kMaxModelParams);
   check(h->model.hash_hex() == std::get<TrainerHello>(*again).model.hash_hex());
-  for (const auto& f :
-       {h->outer_lr, h->outer_momentum, h->noloco_alpha, h->noloco_beta, h->noloco_gamma})
+  for (const auto& f : {h->outer_lr, h->outer_momentum, h->noloco_alpha, h->noloco_beta,
+                        h->noloco_gamma, h->noloco_lookahead})
     check(!f || std::isfinite(*f));
+  check(!h->noloco_group || (*h->noloco_group >= 2 && *h->noloco_group <= 64));
+  check(!h->outer_warmup || *h->outer_warmup <= 1'000'000);
   if (h->version == kTrainerProtocol) {
     RunConfig c;
     apply_hello(*h, c);

@@ -46,10 +46,10 @@ dht::MembershipOptions membership_options() {
 }
 
 struct Member {
-  Member(std::shared_ptr<test::Board> board, std::size_t index, OuterMode mode)
+  Member(std::shared_ptr<test::Board> board, std::size_t index, const RoundOptions& opts)
       : store(std::move(board)),
         members(store, "logic", membership_options()),
-        engine(store, members, "logic", {"m" + std::to_string(index)}, options(mode), server) {
+        engine(store, members, "logic", {"m" + std::to_string(index)}, opts, server) {
     dht::MemberInfo self;
     self.run_id = "logic";
     self.addresses = {"m" + std::to_string(index)};
@@ -74,8 +74,9 @@ struct Logic {
   std::function<bool(const StateDownload::Request&)> fail_state;
   std::size_t state_requests = 0, manifest_requests = 0;
 
-  explicit Logic(std::size_t n, OuterMode mode = OuterMode::noloco) {
-    for (std::size_t i = 0; i < n; ++i) m.push_back(std::make_unique<Member>(board, i, mode));
+  explicit Logic(std::size_t n, OuterMode mode = OuterMode::noloco) : Logic(n, options(mode)) {}
+  Logic(std::size_t n, const RoundOptions& opts) {
+    for (std::size_t i = 0; i < n; ++i) m.push_back(std::make_unique<Member>(board, i, opts));
   }
 
   Member* by_id(const NodeId& id) {
@@ -185,6 +186,8 @@ TEST(RoundLogic, ALoneMemberStepsLocallyAndPublishesItsRoundAndOffer) {
   EXPECT_EQ(r.kind, RoundReport::Kind::round);
   EXPECT_TRUE(r.local_only);
   EXPECT_EQ(l.m[0]->engine.state().round, 1u);
+  // Alone, it keeps its inner phase as it is (no outer step on its own pseudo-gradient).
+  for (float v : l.m[0]->engine.state().phi.to_vector()) ASSERT_EQ(v, 0.5f);
   // Its member record (via the membership on the same store) carries the new round and hash,
   // and its state offer names the round: both read back from the store.
   ASSERT_TRUE(l.run_until(
@@ -248,6 +251,122 @@ TEST(RoundLogic, TwoMembersPairAndAverageThroughTheStore) {
 
 TEST(RoundLogic, TwoMembersAllReduceToTheSameSlowWeights) {
   two_members_average(OuterMode::diloco);
+}
+
+// NoLoCo in groups of four (RoundOptions::noloco_group): each member averages with the three
+// others every round.
+TEST(RoundLogic, NoLoCoMembersAverageInGroupsOfTheRunsSize) {
+  auto o = options(OuterMode::noloco);
+  o.noloco_group = 4;
+  Logic l(4, o);
+  for (auto& x : l.m) x->engine.start(initial(), l.now);
+  ASSERT_TRUE(l.run_until(
+      [&] {
+        for (auto& x : l.m)
+          if (x->members.size() != 4) return false;
+        return true;
+      },
+      milliseconds(3000)));
+  for (std::size_t round = 0; round < 2; ++round) {
+    ASSERT_TRUE(l.run_until(
+        [&] {
+          for (auto& x : l.m)
+            if (!x->engine.idle()) return false;
+          return true;
+        },
+        milliseconds(20'000)));
+    for (std::size_t i = 0; i < 4; ++i) l.submit(i, 0.8f + 0.1f * static_cast<float>(i));
+    ASSERT_TRUE(l.run_until(
+        [&] {
+          for (auto& x : l.m)
+            if (x->reports.size() <= round) return false;
+          return true;
+        },
+        milliseconds(20'000)));
+  }
+  for (auto& x : l.m)
+    for (const auto& r : x->reports) {
+      EXPECT_FALSE(r.local_only) << r.note;
+      EXPECT_EQ(r.group.size(), 4u);
+      EXPECT_EQ(r.averaged_with.size(), 3u) << r.note;
+    }
+}
+
+// NoLoCo's look-ahead: the next inner phase starts from φ + λ·m, and overlap mixes θ with that
+// point; without a look-ahead (or in DiLoCo rounds) from φ.
+TEST(RoundLogic, WithALookAheadTheNextPhaseStartsWhereTheMomentumHeads) {
+  auto o = options(OuterMode::noloco);
+  o.noloco.lookahead = 0.5f;
+  Logic l(2, o);
+  for (auto& x : l.m) x->engine.start(initial(), l.now);
+  ASSERT_TRUE(
+      l.run_until([&] { return l.m[0]->members.size() == 2 && l.m[1]->members.size() == 2; },
+                  milliseconds(3000)));
+  for (std::size_t round = 0; round < 2; ++round) {
+    ASSERT_TRUE(l.run_until([&] { return l.m[0]->engine.idle() && l.m[1]->engine.idle(); },
+                            milliseconds(20'000)));
+    l.submit(0, 0.7f);
+    l.submit(1, 0.9f);
+    ASSERT_TRUE(l.run_until(
+        [&] { return l.m[0]->reports.size() > round && l.m[1]->reports.size() > round; },
+        milliseconds(20'000)));
+  }
+  ASSERT_FALSE(l.m[0]->reports.back().local_only) << l.m[0]->reports.back().note;
+  const auto& e = l.m[0]->engine;
+  const auto phi = e.state().phi.to_vector(), m = e.state().momentum.to_vector();
+  ASSERT_NE(m[0], 0.0f);
+  std::vector<float> start(kValues), mixed(kValues, 2.0f);
+  e.start_part(start, 0);
+  e.mix_part(std::span(mixed).subspan(8), 8, 0.25f);
+  for (std::size_t i = 0; i < kValues; ++i) {
+    ASSERT_FLOAT_EQ(start[i], phi[i] + 0.5f * m[i]) << i;
+    if (i >= 8) {
+      ASSERT_FLOAT_EQ(mixed[i], 0.25f * 2.0f + 0.75f * start[i]) << i;
+    }
+  }
+  // Without one: from φ itself.
+  Logic plain(1);
+  ASSERT_NO_FATAL_FAILURE(first_round_alone(plain, 0.5f));
+  plain.m[0]->engine.start_part(start, 0);
+  for (float v : start) ASSERT_EQ(v, 0.5f);
+}
+
+// A DiLoCo member whose partner has no trainer (its record says "idle") does not wait the group
+// wait (120 s) for it: it keeps its inner phase alone at once.
+TEST(RoundLogic, AMemberWithoutItsTrainerIsNotWaitedFor) {
+  Logic l(2, OuterMode::diloco);
+  for (auto& x : l.m) x->engine.start(initial(), l.now);
+  ASSERT_TRUE(
+      l.run_until([&] { return l.m[0]->members.size() == 2 && l.m[1]->members.size() == 2; },
+                  milliseconds(3000)));
+  ASSERT_TRUE(l.run_until([&] { return l.m[0]->engine.idle() && l.m[1]->engine.idle(); },
+                          milliseconds(20'000)));
+  l.m[1]->engine.set_idle(true);
+  ASSERT_TRUE(l.run_until(
+      [&] {
+        for (const auto& info : l.m[0]->members.live(l.now))
+          if (info.id == l.m[1]->store.id()) return info.status == "idle";
+        return false;
+      },
+      milliseconds(5000)));
+  // (The node's controller counts the members that train, node/controller.cpp, and sets no
+  // patience for later windows when it is the only one.)
+  l.m[0]->engine.set_patience(milliseconds(0));
+  const Clock t0 = l.now;
+  l.submit(0, 0.5f);
+  ASSERT_TRUE(l.run_until([&] { return !l.m[0]->reports.empty(); }, milliseconds(200'000)));
+  EXPECT_LT(l.now - t0, milliseconds(10'000));
+  EXPECT_TRUE(l.m[0]->reports.front().local_only);
+  for (float v : l.m[0]->engine.state().phi.to_vector()) ASSERT_EQ(v, 0.5f);
+  // Back with a trainer: "training" again.
+  l.m[1]->engine.set_idle(false);
+  ASSERT_TRUE(l.run_until(
+      [&] {
+        for (const auto& info : l.m[0]->members.live(l.now))
+          if (info.id == l.m[1]->store.id()) return info.status == "training";
+        return false;
+      },
+      milliseconds(5000)));
 }
 
 TEST(RoundLogic, AModeRecordInTheStoreSwitchesTheSchedule) {

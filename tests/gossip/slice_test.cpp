@@ -64,8 +64,9 @@ std::vector<float> fp16_values(unsigned seed, std::size_t n) {
   return d;
 }
 
-TEST(Slice, ASlicesStepChangesThatPartOnlyAndItsDeltaReplays) {
-  const optim::DiLoCoConfig cfg{0.7f, 0.9f};
+// (Round 5's step: with an outer warm-up of 10 rounds, lr 0.88 and momentum 0.36; the replay
+// takes the same from the delta's round.)
+void slice_step_and_replay(const optim::DiLoCoConfig& cfg) {
   const auto s0 = state_of(3);
   const Slice slice = slice_of(kN, 3, 1);
   const std::size_t lo = slice.lo, hi = slice.end(kN), len = hi - lo;
@@ -90,7 +91,8 @@ TEST(Slice, ASlicesStepChangesThatPartOnlyAndItsDeltaReplays) {
   auto want = s0;
   {
     std::vector<float> phi = want.phi.to_vector(), m = want.momentum.to_vector();
-    optim::diloco_step(std::span(phi).subspan(lo, len), std::span(m).subspan(lo, len), d, cfg);
+    optim::diloco_step(std::span(phi).subspan(lo, len), std::span(m).subspan(lo, len), d,
+                       cfg.at_round(5));
     want.phi = phi;
     want.momentum = m;
   }
@@ -125,6 +127,17 @@ TEST(Slice, ASlicesStepChangesThatPartOnlyAndItsDeltaReplays) {
   EXPECT_EQ(small.round, 4u);
 }
 
+TEST(Slice, ASlicesStepChangesThatPartOnlyAndItsDeltaReplays) {
+  slice_step_and_replay({0.7f, 0.9f});
+}
+
+TEST(Slice, AStepInTheOuterWarmUpReplaysWithItsRoundsNumbers) {
+  const optim::DiLoCoConfig cfg{0.7f, 0.9f, 10};
+  EXPECT_FLOAT_EQ(cfg.at_round(5).lr, 0.88f);
+  EXPECT_FLOAT_EQ(cfg.at_round(5).momentum, 0.36f);
+  slice_step_and_replay(cfg);
+}
+
 // A slice's lone step (no partner, DiLoCo) and its prepare (‖Δ‖ over the slice) read that part.
 TEST(Slice, PrepareAndTheLoneStepTakeTheSlice) {
   const optim::DiLoCoConfig cfg{0.7f, 0.9f};
@@ -148,15 +161,58 @@ TEST(Slice, PrepareAndTheLoneStepTakeTheSlice) {
   };
   EXPECT_NEAR(job(StepWork::Kind::prepare).norm, 0.25 * std::sqrt(static_cast<double>(hi - lo)),
               1e-3);
+  // Alone, the slice keeps its inner phase (φ = θ there), the momentum stays the group's.
   const StepWork w = job(StepWork::Kind::local);
   const auto phi = w.state.phi.to_vector(), phi0 = s0.phi.to_vector();
+  EXPECT_EQ(w.state.momentum.to_vector(), s0.momentum.to_vector());
   for (std::size_t i = 0; i < kN; ++i) {
     if (i < lo || i >= hi) {
       ASSERT_EQ(phi[i], phi0[i]) << i;
     } else {
-      ASSERT_NE(phi[i], phi0[i]) << i;
+      ASSERT_EQ(phi[i], theta[i]) << i;
     }
   }
+}
+
+// NoLoCo alone: φ = θ everywhere, the momentum decays by α (nothing new was added to it).
+TEST(Slice, ANoLoCoMemberAloneKeepsItsInnerPhaseAndItsMomentumFades) {
+  const auto s0 = state_of(9);
+  auto theta = s0.phi.to_vector();
+  for (auto& v : theta) v -= 0.125f;
+  StepWork w;
+  w.kind = StepWork::Kind::local;
+  w.mode = OuterMode::noloco;
+  w.state = s0;
+  w.theta = theta;
+  w.noloco = {0.5f, 0.7f, 0.7f, 0.3f};
+  w.run();
+  ASSERT_TRUE(w.error.empty()) << w.error;
+  EXPECT_EQ(w.state.phi.to_vector(), theta);
+  const auto m = w.state.momentum.to_vector(), m0 = s0.momentum.to_vector();
+  for (std::size_t i = 0; i < kN; ++i) ASSERT_EQ(m[i], 0.5f * m0[i]) << i;
+}
+
+// A lone member of compressed rounds applies its whole error buffer (what it has not sent yet,
+// this phase's Δ included): φ −= e, e = 0; no outer momentum.
+TEST(Slice, ALoneMemberOfCompressedRoundsAppliesItsWholeErrorBuffer) {
+  const auto s0 = state_of(11);
+  StepWork w;
+  w.kind = StepWork::Kind::local;
+  w.mode = OuterMode::diloco;
+  w.state = s0;
+  w.state.error = optim::Floats::zeros(kN, {});
+  for (std::size_t i = 0; i < kN; ++i) w.state.error.data()[i] = 0.001f * static_cast<float>(i % 7);
+  const auto e0 = w.state.error.to_vector();
+  w.theta = s0.phi.to_vector();
+  w.compressed = CompressedRounds::sparseloco(4096, 64, false, 0.95f);
+  w.error_has_delta = true;
+  w.diloco = {0.7f, 0.9f};
+  w.run();
+  ASSERT_TRUE(w.error.empty()) << w.error;
+  const auto phi = w.state.phi.to_vector(), phi0 = s0.phi.to_vector();
+  for (std::size_t i = 0; i < kN; ++i) ASSERT_EQ(phi[i], phi0[i] - e0[i]) << i;
+  for (float v : w.state.error.to_vector()) ASSERT_EQ(v, 0.0f);
+  EXPECT_EQ(w.state.momentum.to_vector(), s0.momentum.to_vector());
 }
 
 // NoLoCo with fragments (compressed pairs): the pair's means over the slice, the local-only step

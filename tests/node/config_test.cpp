@@ -85,6 +85,25 @@ TEST(RunConfig, CheckNamesTheBadField) {
   c = sample();
   c.beta2 = 1.0f;
   EXPECT_NE(c.check().find("betas"), std::string::npos);
+  c = sample();
+  c.noloco_group = 1;
+  EXPECT_NE(c.check().find("noloco group"), std::string::npos);
+  c = sample();
+  c.noloco_lookahead = 1.0f;
+  EXPECT_NE(c.check().find("look-ahead"), std::string::npos);
+}
+
+TEST(RunConfig, TheNoLoCoVariantAndTheOuterWarmUpArePartOfTheRun) {
+  auto c = sample();
+  c.noloco_group = 4;
+  c.noloco_lookahead = 0.5f;
+  c.outer_warmup = 10;
+  const auto r = parse_run_config(c.to_text());
+  ASSERT_TRUE(r) << r.why();
+  EXPECT_EQ(r->noloco_group, 4u);
+  EXPECT_EQ(r->noloco_lookahead, 0.5f);
+  EXPECT_EQ(r->outer_warmup, 10u);
+  EXPECT_NE(r->run_name(), sample().run_name());
 }
 
 }  // namespace

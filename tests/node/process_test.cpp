@@ -177,9 +177,12 @@ bool started(Proc& p, std::string& addr, double& fresh) {
 
 const std::regex kStopped(R"(stopped at step (\d+), round (\d+): eval loss ([0-9.e-]+))");
 
-TEST(NodeProcess, ThreeNodesTrainTogetherAndTheirLossDrops) {
-  TempDir d;
-  Proc n0(bootstrap_args(d, "n0", {"--max-steps", "600", "--metrics", d / "m0.jsonl"}));
+// Three nodes, n0 bootstrapping with `run` (and 600 steps, its metrics in m0.jsonl), two joiners
+// of 400 steps: each joiner syncs, averages (its round line matches `averaged`) and ends below
+// half the fresh loss, as does n0.
+void three_nodes_train(const TempDir& d, std::vector<std::string> run, const std::regex& averaged) {
+  run.insert(run.end(), {"--max-steps", "600", "--metrics", d / "m0.jsonl"});
+  Proc n0(bootstrap_args(d, "n0", run));
   const auto addr = listen_address(n0);
   ASSERT_FALSE(addr.empty()) << n0.log();
   std::smatch m;
@@ -192,7 +195,7 @@ TEST(NodeProcess, ThreeNodesTrainTogetherAndTheirLossDrops) {
   for (auto& j : joiners) {
     ASSERT_TRUE(j->expect(std::regex("synced +round"), 60s)) << j->log();
     // It averages with the others, not only locally.
-    ASSERT_TRUE(j->expect(std::regex("noloco with "), 60s)) << j->log();
+    ASSERT_TRUE(j->expect(averaged, 60s)) << j->log();
     ASSERT_TRUE(j->expect(kStopped, 120s, &m)) << j->log();
     EXPECT_LT(std::stod(m[3]), 0.5 * first_eval) << j->log();
     EXPECT_EQ(j->wait_exit(30s), 0) << j->log();
@@ -201,6 +204,11 @@ TEST(NodeProcess, ThreeNodesTrainTogetherAndTheirLossDrops) {
   EXPECT_EQ(m[1], "600");
   EXPECT_LT(std::stod(m[3]), 0.5 * first_eval);
   EXPECT_EQ(n0.wait_exit(30s), 0) << n0.log();
+}
+
+TEST(NodeProcess, ThreeNodesTrainTogetherAndTheirLossDrops) {
+  TempDir d;
+  ASSERT_NO_FATAL_FAILURE(three_nodes_train(d, {}, std::regex("noloco with ")));
   EXPECT_TRUE(fs::exists(d.path / "n0" / "checkpoint.bin"));
   // The metrics: every line carries the documented fields; rounds averaged with partners; a stop.
   std::ifstream metrics(d / "m0.jsonl");
@@ -221,6 +229,14 @@ TEST(NodeProcess, ThreeNodesTrainTogetherAndTheirLossDrops) {
   EXPECT_EQ(events["stop"], 1);
   EXPECT_EQ(events["eval"], 30);  // every 20 of 600 steps
   EXPECT_GE(averaged, 10);
+}
+
+// NoLoCo's variant as run options: groups of three and a look-ahead start; the joiners average
+// with both others (their round lines: "noloco with ID +1").
+TEST(NodeProcess, NoLoCoInGroupsOfThreeWithALookAheadTrainsTogether) {
+  TempDir d;
+  three_nodes_train(d, {"--noloco-group", "3", "--noloco-lookahead", "0.5"},
+                    std::regex(R"(noloco with \S+ \+1)"));
 }
 
 TEST(NodeProcess, KilledWithSigkillResumesFromItsCheckpoint) {

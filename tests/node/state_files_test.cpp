@@ -173,7 +173,7 @@ TEST(StateFiles, AnOuterStepOverPagedArraysHoldsFragmentsNotTheState) {
   constexpr std::size_t n = 48u << 20;
   const auto value = [](std::size_t i) { return static_cast<float>(i % 1024) / 1024.0f; };
   gossip::StepWork w;
-  w.kind = gossip::StepWork::Kind::local;
+  w.kind = gossip::StepWork::Kind::noloco_mean;  // (θ as the group's mean: the whole step)
   w.mode = gossip::OuterMode::noloco;
   w.noloco = {0.5f, 0.7f, 0.7f};
   w.threads = 2;

@@ -202,6 +202,23 @@ TEST(Outer, OneTensorFormEqualsTwoTensorFormWhenBetaEqualsGamma) {
   }
 }
 
+// The outer warm-up: round 1 is plain averaging (φ = mean θ), the numbers ramp linearly and
+// reach the configured ones after `warmup` rounds.
+TEST(Outer, TheOuterWarmUpStartsFromPlainAveraging) {
+  const DiLoCoConfig cfg{0.7f, 0.9f, 4};
+  EXPECT_EQ(cfg.at_round(1).lr, 1.0f);
+  EXPECT_EQ(cfg.at_round(1).momentum, 0.0f);
+  EXPECT_FLOAT_EQ(cfg.at_round(3).lr, 0.85f);
+  EXPECT_FLOAT_EQ(cfg.at_round(3).momentum, 0.45f);
+  EXPECT_EQ(cfg.at_round(5).lr, 0.7f);
+  EXPECT_EQ(cfg.at_round(5).momentum, 0.9f);
+  EXPECT_EQ(cfg.at_round(1000).lr, 0.7f);
+  EXPECT_EQ((DiLoCoConfig{0.7f, 0.9f}.at_round(1).momentum), 0.9f);
+  std::vector<float> phi{1.0f, 2.0f}, b{0.0f, 0.0f}, mean_delta{0.25f, -0.5f};
+  diloco_step(phi, b, mean_delta, cfg.at_round(1));
+  EXPECT_EQ(phi, (std::vector<float>{0.75f, 2.5f}));
+}
+
 TEST(Outer, OverlapMixKeepsTheRightReference) {
   // After mixing, φ is the new slow weights φ' and θ is halfway between θ_local and φ', so the
   // next pseudo-gradient φ' − θ = α·(φ' − θ_local) is non-zero (taking it against the mixed

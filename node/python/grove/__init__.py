@@ -143,8 +143,12 @@ class Node:
         self.restored = None
 
     # ---- the algorithm -------------------------------------------------------------------
-    def noloco(self, model, inner_steps=50, alpha=0.5, beta=0.7, gamma=0.7, fragments=None):
+    def noloco(self, model, inner_steps=50, alpha=0.5, beta=0.7, gamma=0.7, fragments=None,
+               group=None, lookahead=None):
         """NoLoCo: random pairwise averaging with modified Nesterov momentum, no all-reduce.
+
+        ``group=G``: average in random groups of G (default 2, pairs). ``lookahead=L``: each
+        inner phase starts from the slow weights plus L times the outer momentum (default 0).
 
         ``fragments=F`` (dividing ``inner_steps``): compressed pairs — a round every
         ``inner_steps / F`` steps, in which a pair averages one F-th of the parameters (drawn
@@ -156,11 +160,18 @@ class Node:
                   "noloco_beta": beta, "noloco_gamma": gamma}
         if fragments is not None:
             fields["fragments"] = fragments
+        if group is not None:
+            fields["noloco_group"] = group
+        if lookahead is not None:
+            fields["noloco_lookahead"] = lookahead
         return self._hello(model, fields)
 
     def diloco(self, model, inner_steps=500, outer_lr=0.7, momentum=0.9, codec=None,
-               fragments=None):
+               fragments=None, warmup=None):
         """DiLoCo: all-reduce of the outer gradients within groups, Nesterov outer step.
+
+        ``warmup=W``: over the first W rounds the outer step ramps from plain averaging (lr 1, no
+        momentum) to ``outer_lr`` and ``momentum``.
 
         ``codec="e3m0"``: the all-reduce carries 4-bit partial sums, each member keeping what its
         encodings left out for its next round (error feedback): about 4x fewer bytes than fp16
@@ -173,6 +184,8 @@ class Node:
             fields["codec"] = codec
         if fragments is not None:
             fields["fragments"] = fragments
+        if warmup is not None:
+            fields["outer_warmup"] = warmup
         return self._hello(model, fields)
 
     def sparseloco(self, model, inner_steps=30, outer_lr=1.0, topk=64, chunk=4096, bits=32,
