@@ -90,6 +90,9 @@ def parse_args():
                     help="F of noloco-fragments (0: --fragments): its pairs average 1/F of the "
                     "model a round, so that one run can hold DiLoCo's streaming fragments and "
                     "NoLoCo's compressed pairs at their own F")
+    ap.add_argument("--data", nargs="+", default=[],
+                    help="text files for the built-in workloads (every node's --data; e.g. "
+                    "/usr/share/games/fortunes/*), instead of the synthetic corpus")
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--seq-len", type=int, default=128)
     ap.add_argument("--lr", default="0.001")
@@ -254,7 +257,8 @@ def run_config(a, binary, name, outer, nodes, steps, logroot):
                 "--schedule-steps", str(steps)] + outer + [
                 "--window-ms", str(a.window_ms), "--eval-every", str(a.eval_every),
                 "--eval-batches", str(a.eval_batches)]
-    node_args = ["--max-steps", str(steps), "--threads", str(a.threads)]
+    node_args = ["--max-steps", str(steps), "--threads", str(a.threads)] + (
+        ["--data"] + a.data if a.data else [])
     print(f"[{name}] {nodes} node(s) x {steps} steps, {' '.join(outer)}; logs in {logdir}",
           flush=True)
     t0 = time.monotonic()

@@ -137,6 +137,11 @@ const std::map<std::string, Setter>& config_options() {
        [](RunConfig& c, const std::string& o, const std::string& v) {
          c.noloco_alpha = parse_number(o, v, 0, 0.999);
        }},
+      {"--noloco-variant",
+       [](RunConfig& c, const std::string& o, const std::string& v) {
+         if (!set_noloco_variant(c, v))
+           throw CliError(o + ": expected paper or grove, got '" + v + "'");
+       }},
       {"--noloco-group",
        [](RunConfig& c, const std::string& o, const std::string& v) {
          c.noloco_group = static_cast<std::uint32_t>(parse_whole(o, v, 2, 64));
@@ -308,7 +313,7 @@ Run config (only with --bootstrap; fixed for the run, joiners take it from the s
   --outer-momentum X      DiLoCo Nesterov momentum (default 0.9; SparseLoCo 0)
   --outer-warmup N        DiLoCo: over the first N rounds the outer step ramps from plain
                           averaging (lr 1, no momentum) to --outer-lr and --outer-momentum
-                          (default 0)
+                          (default 10; 0: from the first round, as the DiLoCo paper)
   --topk K                SparseLoCo: values sent per chunk (default 64)
   --topk-chunk N          SparseLoCo: chunk of the top-k, a power of two (default 4096)
   --topk-bits 32|2        SparseLoCo: bits per value sent (default 32; 2: a scale per chunk)
@@ -319,6 +324,10 @@ Run config (only with --bootstrap; fixed for the run, joiners take it from the s
   --noloco-alpha X        NoLoCo momentum (default 0.5)
   --noloco-beta X         NoLoCo step on the averaged pseudo-gradient (default 0.7)
   --noloco-gamma X        NoLoCo pull toward the partners' slow weights (default 0.7)
+  --noloco-variant paper|grove
+                          NoLoCo's settings at once (alpha, beta, gamma, group, look-ahead):
+                          the paper's (pairs, 0.5, 0.7, 0.7, none) or grove-node's defaults;
+                          the options after it still change single settings
   --noloco-group N        NoLoCo group size, 2 to 64 (default 2: pairs)
   --noloco-lookahead X    NoLoCo: each inner phase starts from φ + X·m, where the momentum is
                           heading (default 0: from φ)

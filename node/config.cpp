@@ -302,6 +302,24 @@ transport::Result<RunConfig> parse_run_config(std::string_view text) {
   return c;
 }
 
+bool set_noloco_variant(RunConfig& c, std::string_view name) {
+  RunConfig v;  // "grove": the defaults
+  if (name == "paper") {
+    v.noloco_alpha = 0.5f;
+    v.noloco_beta = v.noloco_gamma = 0.7f;
+    v.noloco_group = 2;
+    v.noloco_lookahead = 0.0f;
+  } else if (name != "grove") {
+    return false;
+  }
+  c.noloco_alpha = v.noloco_alpha;
+  c.noloco_beta = v.noloco_beta;
+  c.noloco_gamma = v.noloco_gamma;
+  c.noloco_group = v.noloco_group;
+  c.noloco_lookahead = v.noloco_lookahead;
+  return true;
+}
+
 bool valid_run_name(std::string_view name) {
   const auto dash = name.find('-');
   if (dash == std::string_view::npos || !parse_workload(name.substr(0, dash))) return false;

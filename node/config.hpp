@@ -64,8 +64,10 @@ struct RunConfig {
   float outer_lr = 0.7f;        ///< DiLoCo's Nesterov learning rate
   float outer_momentum = 0.9f;  ///< DiLoCo's Nesterov momentum
   /// DiLoCo's outer warm-up (optim::DiLoCoConfig::warmup): over the first outer_warmup rounds
-  /// the step ramps from plain averaging (lr 1, no momentum) to outer_lr and outer_momentum.
-  std::uint32_t outer_warmup = 0;
+  /// the step ramps from plain averaging (lr 1, no momentum) to outer_lr and outer_momentum
+  /// (docs/ALGORITHMS.md: the paper's step from the first round overshoots on short runs from
+  /// scratch; 0: the paper's).
+  std::uint32_t outer_warmup = 10;
   float noloco_alpha = 0.5f, noloco_beta = 0.7f, noloco_gamma = 0.7f;
   /// NoLoCo's group size (2: pairs, the paper's) and look-ahead (each inner phase starts from
   /// φ + noloco_lookahead × m; 0: from φ, the paper's).
@@ -124,6 +126,10 @@ struct RunConfig {
 
 /// Parses a canonical config text (see above); the error says which line is wrong.
 transport::Result<RunConfig> parse_run_config(std::string_view text);
+/// NoLoCo's settings (alpha, beta, gamma, group, look-ahead) as a named variant: "paper" (the
+/// NoLoCo paper's reference code: pairs, 0.5, 0.7, 0.7, no look-ahead) or "grove" (RunConfig's
+/// defaults). False for another name.
+bool set_noloco_variant(RunConfig& c, std::string_view name);
 
 /// True when `name` has the form of a run name (workload, '-', 12 lowercase hex digits).
 bool valid_run_name(std::string_view name);

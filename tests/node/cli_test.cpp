@@ -76,6 +76,27 @@ TEST(Cli, SparseLoCoAndItsNumbers) {
   EXPECT_NE(c.check().find("top-k"), std::string::npos);
 }
 
+// NoLoCo's variant: a named set of its settings, single options after it still apply.
+TEST(Cli, TheNoLoCoVariantSetsItsSettingsAndLaterOptionsWin) {
+  auto o = parse({"--bootstrap", "--noloco-group", "4", "--noloco-lookahead", "0.3",
+                  "--noloco-variant", "paper", "--noloco-beta", "0.9"});
+  EXPECT_EQ(o.config.noloco_group, 2u);
+  EXPECT_EQ(o.config.noloco_lookahead, 0.0f);
+  EXPECT_FLOAT_EQ(o.config.noloco_alpha, 0.5f);
+  EXPECT_FLOAT_EQ(o.config.noloco_beta, 0.9f);
+  EXPECT_FLOAT_EQ(o.config.noloco_gamma, 0.7f);
+  const RunConfig defaults;
+  auto g = parse({"--bootstrap", "--noloco-group", "8", "--noloco-variant", "grove"});
+  EXPECT_EQ(g.config.noloco_group, defaults.noloco_group);
+  EXPECT_EQ(g.config.noloco_lookahead, defaults.noloco_lookahead);
+  EXPECT_NE(error_of({"--bootstrap", "--noloco-variant", "best"}).find("paper or grove"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--bootstrap", "--noloco-group", "1"}).find("--noloco-group"),
+            std::string::npos);
+  auto w = parse({"--bootstrap", "--outer", "diloco", "--outer-warmup", "10"});
+  EXPECT_EQ(w.config.outer_warmup, 10u);
+}
+
 // Fragments: dividing the inner steps (a round every H/F).
 TEST(Cli, FragmentsAndTheirRules) {
   auto o = parse({"--bootstrap", "--outer", "diloco", "--inner-steps", "60", "--fragments", "4"});

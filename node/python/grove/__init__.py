@@ -171,7 +171,8 @@ class Node:
         """DiLoCo: all-reduce of the outer gradients within groups, Nesterov outer step.
 
         ``warmup=W``: over the first W rounds the outer step ramps from plain averaging (lr 1, no
-        momentum) to ``outer_lr`` and ``momentum``.
+        momentum) to ``outer_lr`` and ``momentum`` (default: the node's, 10 rounds; 0: the DiLoCo
+        paper's step from the first round, which overshoots on short runs from scratch).
 
         ``codec="e3m0"``: the all-reduce carries 4-bit partial sums, each member keeping what its
         encodings left out for its next round (error feedback): about 4x fewer bytes than fp16
