@@ -131,15 +131,14 @@ def run(a, corpus, rule, seed):
             phi = new_phi
         else:
             raise SystemExit("unknown rule " + rule)
+        # Each replica's slow weights are evaluated; its next phase starts from them, or with a
+        # look-ahead from phi + look * m.
         look = float(kv.get("look", 0)) if name == "noloco" else 0.0
+        ev = []
         for i in range(k):
-            load(models[i], phi[i] + look * mom[i] if look else phi[i])
-        ev = [lm.evaluate(m_, windows) for m_ in models] if look == 0 else None
-        if ev is None:  # evaluate the slow weights
-            ev = []
-            for i in range(k):
-                load(models[i], phi[i])
-                ev.append(lm.evaluate(models[i], windows))
+            load(models[i], phi[i])
+            ev.append(lm.evaluate(models[i], windows))
+            if look:
                 load(models[i], phi[i] + look * mom[i])
         curve.append(sum(ev) / len(ev))
         if not all(math.isfinite(e) for e in ev):

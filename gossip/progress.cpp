@@ -33,7 +33,7 @@ OthersView view_of_others(const std::vector<dht::MemberInfo>& live, const NodeId
     if (mem.id == self || departed.contains(mem.id)) continue;
     const std::uint64_t r = progress_of(mem).round;
     o.ahead |= r > round;
-    if (mem.status == "idle") continue;  // no trainer: no partner to wait for
+    if (!trains(mem)) continue;  // no partner to wait for
     ++o.live;
     const bool syncing = mem.status == "joining" || mem.status == "syncing";
     o.at_round += r == round && !syncing;

@@ -28,8 +28,15 @@ transport::Result<Progress> decode_progress(std::span<const std::uint8_t> payloa
 /// published one yet) is at round 0 with no hash.
 Progress progress_of(const dht::MemberInfo& m);
 
+/// The status of a member that trains nothing (an external workload waiting for its trainer):
+/// nobody waits for it to form a group or counts it as a partner.
+inline constexpr const char* kIdleStatus = "idle";
+inline bool trains(const dht::MemberInfo& m) {
+  return m.status != kIdleStatus;
+}
+
 /// The other live members as a member at `round` sees them (ourselves and `departed` left out;
-/// members whose record says "idle", which do not train, count only for `ahead`).
+/// members that do not train (kIdleStatus) count only for `ahead`).
 struct OthersView {
   std::size_t live = 0, at_round = 0;  ///< all of them; those at our round
   std::size_t syncing = 0;  ///< fetching the state (status joining or syncing), not ahead of us

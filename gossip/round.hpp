@@ -345,6 +345,14 @@ class RoundEngine {
   Time last_sync_{0};               // our last state sync (download and parse or replay)
   /// An inner phase once we waited for a member fetching the state this round (it trains its
   /// inner phase before it is ready), else nothing: added to the waits for the group.
+  /// Where a new inner phase starts from value `offset` on: φ + la·m (m null: φ itself).
+  struct StartPoint {
+    const float* phi;
+    const float* m;
+    float la;
+    float at(std::size_t i) const { return m ? phi[i] + la * m[i] : phi[i]; }
+  };
+  StartPoint start_point(std::size_t offset) const;
   Time newcomer_phase() const { return synced_seen_ > submitted_ ? inner_ : Time(0); }
   /// The work of a round's step: φ and the momentum move into it, with its inputs set by the
   /// caller; finish_round hands it to the driver.

@@ -312,7 +312,7 @@ void RoundEngine::publish_self(const char* status) {
   self.payload = encode_progress({state_.round, phi_hash_});
   // Our hash of each round, for joiners that check a state with us (gossip/state_check.hpp).
   if (server_ && has_state_) server_->note_hash(state_.round, phi_hash_);
-  self.status = idle_ && std::strcmp(status, "training") == 0 ? "idle" : status;
+  self.status = idle_ && std::strcmp(status, "training") == 0 ? kIdleStatus : status;
   if (self.addresses.empty()) self.addresses = addresses_;
   members_.set_self(self);
 }
@@ -320,7 +320,7 @@ void RoundEngine::publish_self(const char* status) {
 void RoundEngine::set_idle(bool idle) {
   if (idle_ == idle) return;
   idle_ = idle;
-  if (phase_ == Phase::idle) publish_self("training");  // (between rounds: "idle" while idle_)
+  if (phase_ == Phase::idle) publish_self("training");  // (between rounds: kIdleStatus if idle_)
 }
 
 void RoundEngine::set_group_wait(Time t) {
@@ -332,38 +332,33 @@ void RoundEngine::set_patience(Time t) {
   if (groups_) groups_->set_patience(t);
 }
 
+// Where a new phase starts: φ[i] + la·m[i], with m null (and la 0) unless NoLoCo's look-ahead
+// applies to the next round.
+RoundEngine::StartPoint RoundEngine::start_point(std::size_t offset) const {
+  StartPoint s{state_.phi.data() + offset, nullptr, 0.0f};
+  if (opts_.noloco.lookahead > 0.0f && mode_of(state_.round) == OuterMode::noloco &&
+      state_.momentum.size() == state_.phi.size()) {
+    s.m = state_.momentum.data() + offset;
+    s.la = opts_.noloco.lookahead;
+  }
+  return s;
+}
+
 void RoundEngine::start_part(std::span<float> theta, std::size_t offset) const {
   assert(offset + theta.size() <= state_.phi.size());  // the driver's contract
   if (offset + theta.size() > state_.phi.size()) return;
-  const float* phi = state_.phi.data() + offset;
-  const float la = opts_.noloco.lookahead;
-  if (la > 0.0f && mode_of(state_.round) == OuterMode::noloco &&
-      state_.momentum.size() == state_.phi.size()) {
-    const float* m = state_.momentum.data() + offset;
-    for (std::size_t i = 0; i < theta.size(); ++i) theta[i] = phi[i] + la * m[i];
-    state_.momentum.release(offset, offset + theta.size());
-    return;
-  }
-  std::copy_n(phi, theta.size(), theta.data());
+  const auto s = start_point(offset);
+  for (std::size_t i = 0; i < theta.size(); ++i) theta[i] = s.at(i);
+  if (s.m) state_.momentum.release(offset, offset + theta.size());
 }
 
 void RoundEngine::mix_part(std::span<float> theta, std::size_t offset, float alpha) const {
   assert(offset + theta.size() <= state_.phi.size());  // the driver's contract
   if (offset + theta.size() > state_.phi.size()) return;
-  if (!(opts_.noloco.lookahead > 0.0f)) {  // from φ itself
-    const float* phi = state_.phi.data() + offset;
-    for (std::size_t i = 0; i < theta.size(); ++i)
-      theta[i] = alpha * theta[i] + (1.0f - alpha) * phi[i];
-    return;
-  }
-  std::vector<float> start(std::min(theta.size(), optim::kFragment));
-  for (std::size_t at = 0; at < theta.size(); at += start.size()) {
-    const std::size_t len = std::min(start.size(), theta.size() - at);
-    const auto s = std::span(start).first(len);
-    start_part(s, offset + at);
-    for (std::size_t i = 0; i < len; ++i)
-      theta[at + i] = alpha * theta[at + i] + (1.0f - alpha) * s[i];
-  }
+  const auto s = start_point(offset);
+  for (std::size_t i = 0; i < theta.size(); ++i)
+    theta[i] = alpha * theta[i] + (1.0f - alpha) * s.at(i);
+  if (s.m) state_.momentum.release(offset, offset + theta.size());
 }
 
 }  // namespace grove::gossip

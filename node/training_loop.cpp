@@ -4,6 +4,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "gossip/progress.hpp"
 #include "node/contacts.hpp"
 #include "transport/strand.hpp"
 
@@ -487,7 +488,7 @@ std::size_t Loop::live_members() {
   s_.net.dht()->post_wait([&, m = s_.members](dht::DhtNode& d, dht::Time now) {
     const auto live = m->live(now);
     for (const auto& info : live) {
-      n += info.status != "idle";  // (a member without its trainer trains nothing)
+      n += gossip::trains(info);  // (a member without its trainer trains nothing)
       if (info.id != d.id()) seen.insert(seen.end(), info.addresses.begin(), info.addresses.end());
     }
     for (const auto& c : d.table().closest(d.id(), kMaxContacts)) seen.push_back(c.address);

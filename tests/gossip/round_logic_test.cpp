@@ -170,6 +170,43 @@ optim::OuterState initial() {
   return s;
 }
 
+// Every member starts; true once each sees all of them.
+bool start_all(Logic& l) {
+  for (auto& x : l.m) x->engine.start(initial(), l.now);
+  return l.run_until(
+      [&] {
+        for (auto& x : l.m)
+          if (x->members.size() != l.m.size()) return false;
+        return true;
+      },
+      milliseconds(3000));
+}
+
+// Once every member is idle, member i submits θ = thetas[i]; true once each has reported one
+// more round.
+bool round_of_all(Logic& l, const std::vector<float>& thetas) {
+  if (!l.run_until(
+          [&] {
+            for (auto& x : l.m)
+              if (!x->engine.idle()) return false;
+            return true;
+          },
+          milliseconds(20'000)))
+    return false;
+  std::vector<std::size_t> before;
+  for (std::size_t i = 0; i < l.m.size(); ++i) {
+    before.push_back(l.m[i]->reports.size());
+    l.submit(i, thetas[i]);
+  }
+  return l.run_until(
+      [&] {
+        for (std::size_t i = 0; i < l.m.size(); ++i)
+          if (l.m[i]->reports.size() <= before[i]) return false;
+        return true;
+      },
+      milliseconds(20'000));
+}
+
 // Member 0 starts, knows it is alone (no patience) and ends one round on its own.
 void first_round_alone(Logic& l, float theta) {
   l.m[0]->engine.start(initial(), l.now);
@@ -211,20 +248,8 @@ TEST(RoundLogic, ALoneMemberStepsLocallyAndPublishesItsRoundAndOffer) {
 
 void two_members_average(OuterMode mode) {
   Logic l(2, mode);
-  for (auto& x : l.m) x->engine.start(initial(), l.now);
-  ASSERT_TRUE(
-      l.run_until([&] { return l.m[0]->members.size() == 2 && l.m[1]->members.size() == 2; },
-                  milliseconds(3000)));
-  for (std::size_t round = 0; round < 3; ++round) {
-    ASSERT_TRUE(l.run_until([&] { return l.m[0]->engine.idle() && l.m[1]->engine.idle(); },
-                            milliseconds(20'000)));
-    l.submit(0, 0.9f);
-    l.submit(1, 1.1f);
-    const std::size_t before = l.m[0]->reports.size();
-    ASSERT_TRUE(l.run_until(
-        [&] { return l.m[0]->reports.size() > before && l.m[1]->reports.size() > before; },
-        milliseconds(20'000)));
-  }
+  ASSERT_TRUE(start_all(l));
+  for (std::size_t round = 0; round < 3; ++round) ASSERT_TRUE(round_of_all(l, {0.9f, 1.1f}));
   for (auto& x : l.m) {
     ASSERT_EQ(x->reports.size(), 3u);
     for (const auto& r : x->reports) {
@@ -259,31 +284,9 @@ TEST(RoundLogic, NoLoCoMembersAverageInGroupsOfTheRunsSize) {
   auto o = options(OuterMode::noloco);
   o.noloco_group = 4;
   Logic l(4, o);
-  for (auto& x : l.m) x->engine.start(initial(), l.now);
-  ASSERT_TRUE(l.run_until(
-      [&] {
-        for (auto& x : l.m)
-          if (x->members.size() != 4) return false;
-        return true;
-      },
-      milliseconds(3000)));
-  for (std::size_t round = 0; round < 2; ++round) {
-    ASSERT_TRUE(l.run_until(
-        [&] {
-          for (auto& x : l.m)
-            if (!x->engine.idle()) return false;
-          return true;
-        },
-        milliseconds(20'000)));
-    for (std::size_t i = 0; i < 4; ++i) l.submit(i, 0.8f + 0.1f * static_cast<float>(i));
-    ASSERT_TRUE(l.run_until(
-        [&] {
-          for (auto& x : l.m)
-            if (x->reports.size() <= round) return false;
-          return true;
-        },
-        milliseconds(20'000)));
-  }
+  ASSERT_TRUE(start_all(l));
+  for (std::size_t round = 0; round < 2; ++round)
+    ASSERT_TRUE(round_of_all(l, {0.8f, 0.9f, 1.0f, 1.1f}));
   for (auto& x : l.m)
     for (const auto& r : x->reports) {
       EXPECT_FALSE(r.local_only) << r.note;
@@ -298,19 +301,8 @@ TEST(RoundLogic, WithALookAheadTheNextPhaseStartsWhereTheMomentumHeads) {
   auto o = options(OuterMode::noloco);
   o.noloco.lookahead = 0.5f;
   Logic l(2, o);
-  for (auto& x : l.m) x->engine.start(initial(), l.now);
-  ASSERT_TRUE(
-      l.run_until([&] { return l.m[0]->members.size() == 2 && l.m[1]->members.size() == 2; },
-                  milliseconds(3000)));
-  for (std::size_t round = 0; round < 2; ++round) {
-    ASSERT_TRUE(l.run_until([&] { return l.m[0]->engine.idle() && l.m[1]->engine.idle(); },
-                            milliseconds(20'000)));
-    l.submit(0, 0.7f);
-    l.submit(1, 0.9f);
-    ASSERT_TRUE(l.run_until(
-        [&] { return l.m[0]->reports.size() > round && l.m[1]->reports.size() > round; },
-        milliseconds(20'000)));
-  }
+  ASSERT_TRUE(start_all(l));
+  for (std::size_t round = 0; round < 2; ++round) ASSERT_TRUE(round_of_all(l, {0.7f, 0.9f}));
   ASSERT_FALSE(l.m[0]->reports.back().local_only) << l.m[0]->reports.back().note;
   const auto& e = l.m[0]->engine;
   const auto phi = e.state().phi.to_vector(), m = e.state().momentum.to_vector();
@@ -335,10 +327,7 @@ TEST(RoundLogic, WithALookAheadTheNextPhaseStartsWhereTheMomentumHeads) {
 // wait (120 s) for it: it keeps its inner phase alone at once.
 TEST(RoundLogic, AMemberWithoutItsTrainerIsNotWaitedFor) {
   Logic l(2, OuterMode::diloco);
-  for (auto& x : l.m) x->engine.start(initial(), l.now);
-  ASSERT_TRUE(
-      l.run_until([&] { return l.m[0]->members.size() == 2 && l.m[1]->members.size() == 2; },
-                  milliseconds(3000)));
+  ASSERT_TRUE(start_all(l));
   ASSERT_TRUE(l.run_until([&] { return l.m[0]->engine.idle() && l.m[1]->engine.idle(); },
                           milliseconds(20'000)));
   l.m[1]->engine.set_idle(true);
