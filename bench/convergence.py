@@ -132,14 +132,19 @@ CONFIGS = {
     # Compressed NoLoCo pairs: a round every H steps as NoLoCo's (inner steps H x F), in which a
     # pair averages 1/F of the model (drawn from its window) and the rest takes the local step.
     "noloco-fragments": ["--outer", "noloco", "--fragments", "{PF}", "--inner-steps", "{PHF}"],
-    # NoLoCo with the paper's settings spelt out (pairs, alpha 0.5, beta = gamma = 0.7, each
-    # phase from phi), whatever grove-node's defaults are.
-    "noloco-paper": ["--outer", "noloco", "--noloco-alpha", "0.5", "--noloco-beta", "0.7",
-                     "--noloco-gamma", "0.7", "--noloco-group", "2", "--noloco-lookahead", "0"],
-    "noloco-lookahead": ["--outer", "noloco", "--noloco-lookahead", "0.5"],
-    "noloco-group4": ["--outer", "noloco", "--noloco-group", "4"],
-    "noloco-lookahead-group4": ["--outer", "noloco", "--noloco-lookahead", "0.5",
-                                "--noloco-group", "4"],
+    # NoLoCo with the paper's settings spelt out (its rule, pairs, alpha 0.5, beta = gamma =
+    # 0.7, no warm-up, each phase from phi), whatever grove-node's defaults are.
+    "noloco-paper": ["--outer", "noloco", "--noloco-rule", "paper", "--noloco-alpha", "0.5",
+                     "--noloco-beta", "0.7", "--noloco-gamma", "0.7", "--noloco-group", "2",
+                     "--noloco-lookahead", "0", "--noloco-warmup", "0"],
+    # The paper's rule with a look-ahead, in groups of 4, or both.
+    "noloco-lookahead": ["--outer", "noloco", "--noloco-variant", "paper",
+                         "--noloco-lookahead", "0.5"],
+    "noloco-group4": ["--outer", "noloco", "--noloco-variant", "paper", "--noloco-group", "4"],
+    "noloco-lookahead-group4": ["--outer", "noloco", "--noloco-variant", "paper",
+                                "--noloco-lookahead", "0.5", "--noloco-group", "4"],
+    # grove-node's rule (the default) in groups of 4.
+    "noloco-nesterov-group4": ["--outer", "noloco", "--noloco-group", "4"],
     # DiLoCo with the paper's settings spelt out (lr 0.7, Nesterov 0.9 from the first round).
     "diloco-paper": ["--outer", "diloco", "--outer-lr", "0.7", "--outer-momentum", "0.9",
                      "--outer-warmup", "0"],
@@ -158,6 +163,7 @@ def outer_args(a, name):
 # diloco() (an external workload's run is made by its first trainer's choice).
 TRAINER_KWARGS = {"--noloco-alpha": "alpha", "--noloco-beta": "beta", "--noloco-gamma": "gamma",
                   "--noloco-group": "group", "--noloco-lookahead": "lookahead",
+                  "--noloco-rule": "rule", "--noloco-warmup": "warmup",
                   "--outer-lr": "outer_lr", "--outer-momentum": "momentum",
                   "--outer-warmup": "warmup", "--codec": "codec", "--fragments": "fragments"}
 EXTERNAL = ("lstm", "transformer")  # --workload: bench/lm_models.py through bench/lm_trainer.py
@@ -175,6 +181,8 @@ def trainer_args(outer, inner_steps):
             algo = v
         elif k == "--inner-steps":
             h = int(v)
+        elif k == "--noloco-variant" and v == "paper":
+            kw += ["rule=paper", "alpha=0.5", "beta=0.7", "gamma=0.7", "warmup=0"]
         elif k in TRAINER_KWARGS:
             kw.append(f"{TRAINER_KWARGS[k]}={v}")
         else:
@@ -340,6 +348,7 @@ LABELS = {"noloco": "{n} nodes NoLoCo", "diloco": "{n} nodes DiLoCo",
           "noloco-lookahead": "{n} nodes NoLoCo, look-ahead 0.5",
           "noloco-group4": "{n} nodes NoLoCo, groups of 4",
           "noloco-lookahead-group4": "{n} nodes NoLoCo, look-ahead 0.5, groups of 4",
+          "noloco-nesterov-group4": "{n} nodes NoLoCo (grove's rule), groups of 4",
           "diloco-paper": "{n} nodes DiLoCo (paper)",
           "single": "1 node, {f}x steps", "single-1x": "1 node, 1x steps"}
 COLORS = {"noloco": "tab:blue", "diloco": "tab:orange", "single": "tab:green",

@@ -14,9 +14,12 @@ Rules (name:key=value,..., separated by ';'):
                          from zero whenever the new mean pseudo-gradient points against it
   noloco:a=,b=,g=,group=,look=  modified Nesterov with the consensus term over random groups;
                          look > 0 starts each inner phase from phi + look * m
-  gossip:lr=,mu=,g=,group=      DiLoCo's Nesterov step on the group's mean pseudo-gradient, each
+  gossip:lr=,mu=,g=,group=,warm=  DiLoCo's Nesterov step on the group's mean pseudo-gradient, each
                          member with its own momentum, plus a pull of g toward the group's
                          mean slow weights (two tensors travel)
+  mix:lr=,mu=,warm=,group=      grove-node's NoLoCo rule: each replica takes DiLoCo's
+                         Nesterov step on its own pseudo-gradient without applying it; the group
+                         averages the results and the new momenta (two tensors travel)
   avg                    plain averaging (diloco lr 1, mu 0)
 Prints per rule the final eval loss of the replicas' slow weights (mean over replicas and its
 spread), its gap to `single` and to the first diloco rule, and the eval loss after every round.
@@ -121,6 +124,9 @@ def run(a, corpus, rule, seed):
         elif name == "gossip":
             lr_o, mu = float(kv.get("lr", 0.7)), float(kv.get("mu", 0.9))
             ga = float(kv.get("g", 0.5))
+            warm = int(kv.get("warm", 0))
+            if warm and t < warm:
+                lr_o, mu = 1.0 + (lr_o - 1.0) * t / warm, mu * t / warm
             new_phi = list(phi)
             for gr in groups_of(k, int(kv.get("group", 2)), rng):
                 md = sum(phi[i] - theta[i] for i in gr) / len(gr)
@@ -128,6 +134,24 @@ def run(a, corpus, rule, seed):
                 for i in gr:
                     mom[i] = mu * mom[i] + md
                     new_phi[i] = phi[i] - lr_o * (md + mu * mom[i]) - ga * (phi[i] - mp)
+            phi = new_phi
+        elif name == "mix":
+            lr_o, mu = float(kv.get("lr", 0.7)), float(kv.get("mu", 0.9))
+            warm = int(kv.get("warm", 0))
+            if warm and t < warm:
+                lr_o, mu = 1.0 + (lr_o - 1.0) * t / warm, mu * t / warm
+            prop = []
+            for i in range(k):
+                d = phi[i] - theta[i]
+                mom[i] = mu * mom[i] + d
+                prop.append(phi[i] - lr_o * (d + mu * mom[i]))
+            new_phi = list(phi)
+            for gr in groups_of(k, int(kv.get("group", 2)), rng):
+                mp = sum(prop[i] for i in gr) / len(gr)
+                mm = sum(mom[i] for i in gr) / len(gr)
+                for i in gr:
+                    new_phi[i] = mp.clone()
+                    mom[i] = mm.clone()
             phi = new_phi
         else:
             raise SystemExit("unknown rule " + rule)

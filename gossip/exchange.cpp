@@ -211,7 +211,9 @@ void GroupExchange::on_chunk(const NodeId& from, Incoming& in, const Message& m)
 void GroupExchange::check_complete(const NodeId& from, Incoming& in) {
   if (in.hasher->final() != in.digest) return drop(from, in, "tensor digest mismatch");
   const auto& got = in.staged[in.tensor];
-  const double mine = own_norm_[in.tensor], theirs = norm(got);
+  const double mine =
+      opts_.bound_by_first ? std::max(own_norm_[in.tensor], own_norm_[0]) : own_norm_[in.tensor];
+  const double theirs = norm(got);
   if (!(theirs <= opts_.max_norm_ratio * mine + 1e-6))
     return drop(from, in,
                 "tensor norm " + std::to_string(theirs) + " beyond the bound (ours " +

@@ -39,6 +39,10 @@ struct ExchangeOptions {
   Time chunk_timeout{10000};
   Time total_timeout{300000};
   double max_norm_ratio = 4.0;  ///< a received tensor's L2 norm must be <= this × ours (+ eps)
+  /// The bound of every tensor takes the larger of our norm of it and of our first tensor: NoLoCo's
+  /// Nesterov rule sends its proposal P (φ's scale) then its momentum m', which is near zero on a
+  /// member that was alone or has just joined and must not make it refuse every partner.
+  bool bound_by_first = false;
   /// Messages per partner made ahead of the link: enough to keep the driver's streams busy
   /// (gossip::RuntimeOptions::streams_per_peer, 16), and what bounds the encoded bytes in memory
   /// (32 × 512 KiB for fp16 chunks of 2^18 values).

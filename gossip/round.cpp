@@ -283,7 +283,15 @@ void RoundEngine::on_match(MatchResult m, Time now) {
     // Fragments: the pair averages one of them, drawn from the window (both know it; the
     // rest takes the local-only step). Our θ stays here for that.
     draw_noloco_fragment(m.window);
-    if (!slice_.whole(state_.phi.size())) {
+    if (opts_.noloco.nesterov) {
+      // The Nesterov rule: our proposal P and next momentum m' (over the fragment, if any),
+      // with the numbers of the round this exchange ends; θ, φ and m stay for the step.
+      auto [p, mn] = noloco_proposal_into(state_.phi, state_.momentum, theta_,
+                                          opts_.noloco.at_round(state_.round + 1), opts_.floats,
+                                          opts_.threads, slice_);
+      tensors->push_back(std::move(p));
+      tensors->push_back(std::move(mn));
+    } else if (!slice_.whole(state_.phi.size())) {
       const std::size_t lo = slice_.lo, hi = slice_.end(state_.phi.size());
       tensors->push_back(opts_.noloco.one_tensor() ? copy_range(theta_, lo, hi, opts_.floats)
                                                    : delta(0, {}, 1.0f, slice_));
@@ -299,6 +307,7 @@ void RoundEngine::on_match(MatchResult m, Time now) {
       tensors->push_back(copy_range(state_.phi, 0, state_.phi.size(), opts_.floats));
     }
     auto o = opts_.exchange;
+    o.bound_by_first = opts_.noloco.nesterov;
     const auto bytes = exchange_wire_bytes(
         o.codec, tensors->size() * slice_.size(state_.phi.size()), m.group.size() - 1);
     // Between two messages of a partner, a message from each of the others may arrive.

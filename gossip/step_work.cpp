@@ -45,6 +45,28 @@ optim::Floats pseudo_gradient_into(const optim::Floats& phi, const optim::Floats
   return into;
 }
 
+std::pair<optim::Floats, optim::Floats> noloco_proposal_into(const optim::Floats& phi,
+                                                             const optim::Floats& m,
+                                                             const optim::Floats& theta,
+                                                             const optim::NoLoCoConfig& cfg,
+                                                             const optim::FloatAllocator& alloc,
+                                                             unsigned threads, Slice slice) {
+  const std::size_t a = slice.lo, b = slice.end(phi.size());
+  auto p = optim::Floats::zeros(b - a, alloc), mn = optim::Floats::zeros(b - a, alloc);
+  optim::by_fragments(a, b,
+                      [&](std::size_t lo, std::size_t hi) {
+                        optim::noloco_proposal(
+                            std::span(phi.data() + lo, hi - lo), std::span(m.data() + lo, hi - lo),
+                            std::span(theta.data() + lo, hi - lo),
+                            std::span(p.data() + lo - a, hi - lo),
+                            std::span(mn.data() + lo - a, hi - lo), cfg, threads);
+                        p.release(lo - a, hi - a);
+                        mn.release(lo - a, hi - a);
+                      },
+                      {&phi, &m, &theta});
+  return {std::move(p), std::move(mn)};
+}
+
 double pseudo_gradient_norm(const optim::Floats& phi, const optim::Floats& theta, unsigned threads,
                             Slice slice) {
   double sum = 0.0;
@@ -133,6 +155,8 @@ void StepWork::run() {
   auto& e = state.error;
   // DiLoCo's step for the round it ends (its outer warm-up: optim::DiLoCoConfig::at_round).
   const optim::DiLoCoConfig dl = diloco.at_round(state.round);
+  // NoLoCo's likewise (its warm-up, when the run has one).
+  const optim::NoLoCoConfig nl = noloco.at_round(state.round);
   const bool flush = kind == Kind::local && mode == OuterMode::diloco && compressed &&
                      error_has_delta && e.size() == n;
   // The values a DiLoCo round steps: [sa, sb) (a streaming fragment, or all of them).
@@ -141,21 +165,28 @@ void StepWork::run() {
     if (v.size() < len) v.resize(std::min(n, optim::kFragment));
     return std::span(v).first(len);
   };
-  // NoLoCo's local-only step over [a, b): the mean is ours (θ, or Δ and φ).
+  // NoLoCo's local-only step over [a, b): the mean is ours (θ, or Δ and φ); with the Nesterov
+  // rule no outer step at all, as a member alone (Kind::local): its own Nesterov step would
+  // extrapolate one member's pseudo-gradient.
   const auto noloco_local = [&](std::size_t a, std::size_t b) {
     optim::by_fragments(
         a, b,
         [&](std::size_t lo, std::size_t hi) {
-          if (noloco.one_tensor()) {
-            optim::noloco_step_theta(part(phi, lo, hi), part(m, lo, hi), part(theta, lo, hi),
-                                     noloco, threads);
+          if (nl.one_tensor()) {
+            optim::noloco_step_theta(part(phi, lo, hi), part(m, lo, hi), part(theta, lo, hi), nl,
+                                     threads);
+            return;
+          }
+          if (nl.nesterov) {  // as a member alone: φ = θ, the momentum fades
+            std::copy(theta.begin() + lo, theta.begin() + hi, phi.begin() + lo);
+            for (float& v : part(m, lo, hi)) v *= nl.alpha;
             return;
           }
           auto d = frag(scratch, hi - lo);
           optim::pseudo_gradient(part(phi, lo, hi), part(theta, lo, hi), d, threads);
           auto phi0 = frag(scratch2, hi - lo);
           std::copy(phi.begin() + lo, phi.begin() + hi, phi0.begin());
-          optim::noloco_step(part(phi, lo, hi), part(m, lo, hi), d, phi0, noloco, threads);
+          optim::noloco_step(part(phi, lo, hi), part(m, lo, hi), d, phi0, nl, threads);
         },
         {&phi, &m, &theta});
   };
@@ -188,33 +219,50 @@ void StepWork::run() {
                             }
                             std::copy(theta.begin() + lo, theta.begin() + hi, phi.begin() + lo);
                             if (mode == OuterMode::noloco)
-                              for (float& v : part(m, lo, hi)) v *= noloco.alpha;
+                              for (float& v : part(m, lo, hi)) v *= nl.alpha;
                           },
                           {&phi, &m, &theta, &e});
       break;
     case Kind::noloco_mean: {
       // With a slice (fragments): the pair's means over [sa, sb), ours elsewhere.
       const bool sliced = !slice.whole(n);
-      if (sliced && (mean.size() != sb - sa ||
-                     (!noloco.one_tensor() && phi_mean.size() != sb - sa) || theta.size() != n)) {
+      if (sliced && (mean.size() != sb - sa || (!nl.one_tensor() && phi_mean.size() != sb - sa) ||
+                     theta.size() != n)) {
         error = "the pair's mean has " + std::to_string(mean.size()) + " values, not " +
                 std::to_string(sb - sa);
         break;
       }
-      if (sliced && noloco.one_tensor()) {  // θ with the pair's mean over the slice: one step
+      if (sliced && nl.one_tensor()) {  // θ with the pair's mean over the slice: one step
         copy_values(mean, 0, theta, sa, sb - sa);
         mean = {};
       }
-      if (!sliced || noloco.one_tensor()) {
+      if (nl.nesterov) {
+        // The group's means of P and m' become φ and m: whole (`theta` and `phi_mean` hold
+        // them), or over the slice, our own step elsewhere.
+        const auto& p_mean = sliced ? mean : theta;
+        if (!sliced && (theta.size() != n || phi_mean.size() != n)) {
+          error = "the pair's means have " + std::to_string(theta.size()) + " and " +
+                  std::to_string(phi_mean.size()) + " values, not " + std::to_string(n);
+          break;
+        }
+        if (sliced) noloco_local(0, sa);
+        copy_values(p_mean, 0, phi, sa, sb - sa);
+        copy_values(phi_mean, 0, m, sa, sb - sa);
+        if (sliced) noloco_local(sb, n);
+        phi_mean = {};
+        if (sliced) mean = {};
+        break;
+      }
+      if (!sliced || nl.one_tensor()) {
         optim::by_fragments(n,
                             [&](std::size_t lo, std::size_t hi) {
-                              if (noloco.one_tensor())
+                              if (nl.one_tensor())
                                 optim::noloco_step_theta(part(phi, lo, hi), part(m, lo, hi),
-                                                         part(theta, lo, hi), noloco, threads);
+                                                         part(theta, lo, hi), nl, threads);
                               else
                                 optim::noloco_step(part(phi, lo, hi), part(m, lo, hi),
-                                                   part(theta, lo, hi), part(phi_mean, lo, hi),
-                                                   noloco, threads);
+                                                   part(theta, lo, hi), part(phi_mean, lo, hi), nl,
+                                                   threads);
                             },
                             {&phi, &m, &theta, &phi_mean});
         break;
@@ -225,7 +273,7 @@ void StepWork::run() {
                           [&](std::size_t lo, std::size_t hi) {
                             optim::noloco_step(part(phi, lo, hi), part(m, lo, hi),
                                                part(mean, lo - sa, hi - sa),
-                                               part(phi_mean, lo - sa, hi - sa), noloco, threads);
+                                               part(phi_mean, lo - sa, hi - sa), nl, threads);
                             mean.release(lo - sa, hi - sa);
                             phi_mean.release(lo - sa, hi - sa);
                           },

@@ -36,6 +36,15 @@ optim::Floats pseudo_gradient_into(const optim::Floats& phi, const optim::Floats
                                    std::size_t offset, optim::Floats into,
                                    const optim::FloatAllocator& alloc, unsigned threads,
                                    float scale = 1.0f, Slice slice = {});
+/// NoLoCo's Nesterov rule: this member's message over `slice`, its proposal P and its next
+/// momentum m' (optim::noloco_proposal), each in a new array made with `alloc`, a fragment at a
+/// time (each released once written; φ, m and θ released once read).
+std::pair<optim::Floats, optim::Floats> noloco_proposal_into(const optim::Floats& phi,
+                                                             const optim::Floats& m,
+                                                             const optim::Floats& theta,
+                                                             const optim::NoLoCoConfig& cfg,
+                                                             const optim::FloatAllocator& alloc,
+                                                             unsigned threads, Slice slice = {});
 /// ‖φ − θ‖ over `slice` (the pseudo-gradient's L2 norm, Δ not written), a fragment at a time,
 /// each released once read; finite exactly when every difference is.
 double pseudo_gradient_norm(const optim::Floats& phi, const optim::Floats& theta, unsigned threads,
@@ -88,9 +97,11 @@ struct CompressedRounds {
 
 struct StepWork {
   enum class Kind {
-    none,         ///< φ stays (the inner phase was lost)
-    local,        ///< no partner: θ against φ alone
-    noloco_mean,  ///< NoLoCo with the exchange's mean: of θ (β = γ), or of Δ and of φ
+    none,   ///< φ stays (the inner phase was lost)
+    local,  ///< no partner: θ against φ alone
+    /// NoLoCo with the exchange's means: of θ (β = γ), of Δ and of φ, or (the Nesterov rule)
+    /// of the proposals P and of m'
+    noloco_mean,
     diloco_ring,  ///< DiLoCo with the all-reduce's mean Δ (or mean φ ‖ mean Δ)
     parse,        ///< a downloaded state: `blob` parsed into `state` (no step)
     replay,       ///< downloaded deltas applied to `state` (gossip/state_delta.hpp)
@@ -107,7 +118,7 @@ struct StepWork {
   /// noloco_mean: the values the pair averaged (NoLoCo with fragments): `mean` and `phi_mean`
   /// hold that many, `theta` is ours, whole, and the other values take the local-only step.
   Slice slice;
-  /// local: θ; noloco_mean: the mean of θ, or of Δ (β ≠ γ); with a slice, our θ
+  /// local: θ; noloco_mean: the mean of θ, of Δ (β ≠ γ) or of P (Nesterov); with a slice, our θ
   optim::Floats theta;
   optim::Floats mean;        ///< noloco_mean with a slice: the mean of θ (or of Δ) over it
   optim::Floats phi_mean;    ///< noloco_mean with β ≠ γ: the mean of φ (over the slice)

@@ -150,6 +150,16 @@ const std::map<std::string, Setter>& config_options() {
        [](RunConfig& c, const std::string& o, const std::string& v) {
          c.noloco_lookahead = parse_number(o, v, 0, 0.999);
        }},
+      {"--noloco-rule",
+       [](RunConfig& c, const std::string& o, const std::string& v) {
+         if (v != "paper" && v != "nesterov")
+           throw CliError(o + ": expected paper or nesterov, got '" + v + "'");
+         c.noloco_nesterov = v == "nesterov" ? 1 : 0;
+       }},
+      {"--noloco-warmup",
+       [](RunConfig& c, const std::string& o, const std::string& v) {
+         c.noloco_warmup = static_cast<std::uint32_t>(parse_whole(o, v, 0, 1'000'000));
+       }},
       {"--noloco-beta", [](RunConfig& c, const std::string& o,
                            const std::string& v) { c.noloco_beta = parse_number(o, v, 1e-6, 2); }},
       {"--noloco-gamma", [](RunConfig& c, const std::string& o,
@@ -321,16 +331,27 @@ Run config (only with --bootstrap; fixed for the run, joiners take it from the s
   --fragments F           1 to 64 dividing --inner-steps (default 1): a round every H/F steps
                           syncs 1/F of the model (DiLoCo/SparseLoCo: each in turn; NoLoCo: a
                           pair averages one drawn at random, the rest takes the local step)
-  --noloco-alpha X        NoLoCo momentum (default 0.5)
+  --noloco-alpha X        NoLoCo momentum (default 0.9)
   --noloco-beta X         NoLoCo step on the averaged pseudo-gradient (default 0.7)
-  --noloco-gamma X        NoLoCo pull toward the partners' slow weights (default 0.7)
+  --noloco-gamma X        NoLoCo pull toward the partners' slow weights, paper rule only
+                          (default 1; grove-node's rule averages whole)
   --noloco-variant paper|grove
-                          NoLoCo's settings at once (alpha, beta, gamma, group, look-ahead):
-                          the paper's (pairs, 0.5, 0.7, 0.7, none) or grove-node's defaults;
-                          the options after it still change single settings
+                          NoLoCo's settings at once (rule, alpha, beta, gamma, group,
+                          look-ahead, warm-up): the paper's (paper rule, pairs, 0.5, 0.7, 0.7,
+                          none, 0) or grove-node's defaults (nesterov rule, pairs, 0.9, 0.7, 1,
+                          none, 10); the options after it still change single settings
   --noloco-group N        NoLoCo group size, 2 to 64 (default 2: pairs)
   --noloco-lookahead X    NoLoCo: each inner phase starts from φ + X·m, where the momentum is
-                          heading (default 0: from φ)
+                          heading (default 0: from φ; for the paper rule: grove-node's is a
+                          Nesterov step already, and overshoots with it)
+  --noloco-rule paper|nesterov
+                          NoLoCo's step (default nesterov): each member takes DiLoCo's
+                          Nesterov step on its own pseudo-gradient and the group averages the
+                          results and the momenta (two tensors travel); paper: the NoLoCo
+                          paper's, the pull toward the group's slow weights through each
+                          member's momentum (one tensor travels when beta = gamma)
+  --noloco-warmup R       NoLoCo: over the first R rounds the step ramps from plain averaging
+                          to alpha, beta and gamma (default 10)
   --codec fp16|bf16|fp32|e3m0
                           what goes on the wire (default fp16; e3m0 with diloco: the
                           all-reduce's partial sums in 4 bits, each member keeping what its

@@ -119,6 +119,8 @@ const std::vector<Field>& fields() {
       float_field("noloco_gamma", &RunConfig::noloco_gamma),
       u32_field("noloco_group", &RunConfig::noloco_group),
       float_field("noloco_lookahead", &RunConfig::noloco_lookahead),
+      u32_field("noloco_nesterov", &RunConfig::noloco_nesterov),
+      u32_field("noloco_warmup", &RunConfig::noloco_warmup),
       {"codec", [](const RunConfig& c) { return std::string(to_string(c.codec)); },
        [](RunConfig& c, std::string_view v) {
          auto k = parse_codec(v);
@@ -225,6 +227,8 @@ std::string RunConfig::check() const {
   if (!in(outer_warmup, 0, 1'000'000)) return "outer warm-up: 0 to 1000000 rounds";
   if (!in(noloco_group, 2, 64)) return "noloco group: 2 to 64 members";
   if (!in(noloco_lookahead, 0, 0.999)) return "noloco look-ahead: 0 to 0.999";
+  if (noloco_nesterov > 1) return "noloco rule: 0 (the paper's) or 1 (nesterov)";
+  if (!in(noloco_warmup, 0, 1'000'000)) return "noloco warm-up: 0 to 1000000 rounds";
   if (!in(topk_chunk, 64, 65536) || (topk_chunk & (topk_chunk - 1)) != 0)
     return "top-k chunk: a power of two, 64 to 65536";
   if (!in(topk, 1, topk_chunk)) return "top-k: 1 to the chunk";
@@ -305,10 +309,14 @@ transport::Result<RunConfig> parse_run_config(std::string_view text) {
 bool set_noloco_variant(RunConfig& c, std::string_view name) {
   RunConfig v;  // "grove": the defaults
   if (name == "paper") {
-    v.noloco_alpha = 0.5f;
-    v.noloco_beta = v.noloco_gamma = 0.7f;
+    const auto& p = optim::kNoLoCoPaper;
+    v.noloco_alpha = p.alpha;
+    v.noloco_beta = p.beta;
+    v.noloco_gamma = p.gamma;
     v.noloco_group = 2;
-    v.noloco_lookahead = 0.0f;
+    v.noloco_lookahead = p.lookahead;
+    v.noloco_nesterov = p.nesterov ? 1 : 0;
+    v.noloco_warmup = p.warmup;
   } else if (name != "grove") {
     return false;
   }
@@ -317,6 +325,8 @@ bool set_noloco_variant(RunConfig& c, std::string_view name) {
   c.noloco_gamma = v.noloco_gamma;
   c.noloco_group = v.noloco_group;
   c.noloco_lookahead = v.noloco_lookahead;
+  c.noloco_nesterov = v.noloco_nesterov;
+  c.noloco_warmup = v.noloco_warmup;
   return true;
 }
 

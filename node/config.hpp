@@ -18,6 +18,7 @@
 
 #include "gossip/mode.hpp"
 #include "gossip/wire.hpp"
+#include "optim/outer.hpp"
 #include "transport/error.hpp"
 
 namespace grove::node {
@@ -68,11 +69,19 @@ struct RunConfig {
   /// (docs/ALGORITHMS.md: the paper's step from the first round overshoots on short runs from
   /// scratch; 0: the paper's).
   std::uint32_t outer_warmup = 10;
-  float noloco_alpha = 0.5f, noloco_beta = 0.7f, noloco_gamma = 0.7f;
+  /// NoLoCo's numbers: grove-node's default rule (optim::kNoLoCoGrove; --noloco-variant paper
+  /// for the paper's).
+  float noloco_alpha = optim::kNoLoCoGrove.alpha, noloco_beta = optim::kNoLoCoGrove.beta,
+        noloco_gamma = optim::kNoLoCoGrove.gamma;
   /// NoLoCo's group size (2: pairs, the paper's) and look-ahead (each inner phase starts from
   /// φ + noloco_lookahead × m; 0: from φ, the paper's).
   std::uint32_t noloco_group = 2;
   float noloco_lookahead = 0.0f;
+  /// NoLoCo's rule (optim::NoLoCoConfig::nesterov): 0 the paper's (the consensus term inside
+  /// the momentum), 1 DiLoCo's Nesterov step on the group's mean with the consensus outside it;
+  /// and its warm-up in rounds, as outer_warmup (0: none).
+  std::uint32_t noloco_nesterov = optim::kNoLoCoGrove.nesterov ? 1 : 0;
+  std::uint32_t noloco_warmup = optim::kNoLoCoGrove.warmup;
   WireCodec codec = WireCodec::fp16;
   /// SparseLoCo (outer "sparseloco"): DiLoCo-mode rounds whose members each send the top-k of an
   /// error buffer (gossip/step_work.hpp, CompressedRounds), stepped with outer_lr and

@@ -51,6 +51,8 @@ gossip::RoundOptions round_options(const RunConfig& c, const CliOptions& cli, st
   o.noloco.beta = c.noloco_beta;
   o.noloco.gamma = c.noloco_gamma;
   o.noloco.lookahead = c.noloco_lookahead;
+  o.noloco.nesterov = c.noloco_nesterov != 0;
+  o.noloco.warmup = c.noloco_warmup;
   o.noloco_group = c.noloco_group;
   o.diloco.lr = c.outer_lr;
   o.diloco.momentum = c.outer_momentum;

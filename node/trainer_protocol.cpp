@@ -190,8 +190,11 @@ transport::Result<TrainerMessage> decode_trainer_message(std::span<const std::ui
         return bad(std::string("hello: ") + key + " is 1 to " + std::to_string(most));
       *out = static_cast<std::uint32_t>(v);
     }
-  for (auto [key, out, least, most] : {std::tuple{"outer_warmup", &h.outer_warmup, 0u, 1'000'000u},
-                                       std::tuple{"noloco_group", &h.noloco_group, 2u, 64u}})
+  for (auto [key, out, least, most] :
+       {std::tuple{"outer_warmup", &h.outer_warmup, 0u, 1'000'000u},
+        std::tuple{"noloco_group", &h.noloco_group, 2u, 64u},
+        std::tuple{"noloco_nesterov", &h.noloco_nesterov, 0u, 1u},
+        std::tuple{"noloco_warmup", &h.noloco_warmup, 0u, 1'000'000u}})
     if (const auto* o = field(m, key); o && o->type != msgpack::type::NIL) {
       if (!mp::get_u64(*o, v) || v < least || v > most)
         return bad(std::string("hello: ") + key + " is " + std::to_string(least) + " to " +
@@ -284,7 +287,9 @@ std::vector<std::uint8_t> encode_trainer_message(const TrainerMessage& msg) {
         opt(p, "noloco_gamma", h.noloco_gamma);
         opt(p, "noloco_lookahead", h.noloco_lookahead);
         for (auto [key, v] : {std::pair{"outer_warmup", &h.outer_warmup},
-                              std::pair{"noloco_group", &h.noloco_group}}) {
+                              std::pair{"noloco_group", &h.noloco_group},
+                              std::pair{"noloco_nesterov", &h.noloco_nesterov},
+                              std::pair{"noloco_warmup", &h.noloco_warmup}}) {
           mp::pack_str(p, key);
           if (*v)
             p.pack_uint32(**v);
@@ -294,7 +299,7 @@ std::vector<std::uint8_t> encode_trainer_message(const TrainerMessage& msg) {
         mp::pack_str(p, "pid");
         p.pack_uint64(h.pid);
       },
-      19);
+      21);
 }
 
 void apply_hello(const TrainerHello& h, RunConfig& c) {
@@ -319,6 +324,8 @@ void apply_hello(const TrainerHello& h, RunConfig& c) {
   if (h.noloco_lookahead) c.noloco_lookahead = *h.noloco_lookahead;
   if (h.outer_warmup) c.outer_warmup = *h.outer_warmup;
   if (h.noloco_group) c.noloco_group = *h.noloco_group;
+  if (h.noloco_nesterov) c.noloco_nesterov = *h.noloco_nesterov;
+  if (h.noloco_warmup) c.noloco_warmup = *h.noloco_warmup;
 }
 
 std::string check_hello(const TrainerHello& h, const RunConfig& c) {

@@ -9,6 +9,7 @@
 //   trainer → node   hello   {version, tensors: [[name, [dims…], dtype]…], outer, inner_steps,
 //                             outer_lr, outer_momentum, outer_warmup, noloco_alpha, noloco_beta,
 //                             noloco_gamma, noloco_group, noloco_lookahead,
+//                             noloco_nesterov, noloco_warmup,
 //                             pid}  (the algorithm fields are used only to create a run)
 //                    step    {loss, tokens, eval_loss}  one call of the trainer's step(); it then
 //                                                       waits for "go"
@@ -74,8 +75,9 @@ struct TrainerHello {
   std::uint32_t inner_steps = 0;     ///< 0: not given
   std::optional<float> outer_lr, outer_momentum, noloco_alpha, noloco_beta, noloco_gamma;
   std::optional<float> noloco_lookahead;
-  /// DiLoCo's outer warm-up in rounds, NoLoCo's group size (none: not given).
-  std::optional<std::uint32_t> outer_warmup, noloco_group;
+  /// DiLoCo's outer warm-up in rounds, NoLoCo's group size, rule (0 paper, 1 nesterov) and
+  /// warm-up (none: not given).
+  std::optional<std::uint32_t> outer_warmup, noloco_group, noloco_nesterov, noloco_warmup;
   std::optional<WireCodec> codec;
   /// SparseLoCo's numbers (RunConfig); 0 / none: not given.
   std::uint32_t topk = 0, topk_chunk = 0, topk_bits = 0;

@@ -65,6 +65,17 @@ void noloco_kernel(float* __restrict p, float* __restrict mm, const float* __res
   }
 }
 
+void proposal_kernel(const float* __restrict p, const float* __restrict mm,
+                     const float* __restrict t, float* __restrict out_p, float* __restrict out_m,
+                     float a, float be, std::size_t lo, std::size_t hi) {
+  for (std::size_t i = lo; i < hi; ++i) {
+    const float d = p[i] - t[i];
+    const float nm = a * mm[i] - be * d;
+    out_m[i] = nm;
+    out_p[i] = p[i] + (a * nm - be * d);
+  }
+}
+
 void noloco_theta_kernel(float* __restrict p, float* __restrict mm, const float* __restrict t,
                          float a, float be, std::size_t lo, std::size_t hi) {
   for (std::size_t i = lo; i < hi; ++i) {
@@ -126,6 +137,17 @@ DiLoCoConfig DiLoCoConfig::at_round(std::uint64_t round) const {
   return {1.0f + (lr - 1.0f) * s, momentum * s, 0};
 }
 
+NoLoCoConfig NoLoCoConfig::at_round(std::uint64_t round) const {
+  NoLoCoConfig c = *this;
+  c.warmup = 0;
+  if (warmup == 0 || round > warmup) return c;
+  const float s = static_cast<float>(round == 0 ? 0 : round - 1) / static_cast<float>(warmup);
+  c.alpha = alpha * s;
+  c.beta = 1.0f + (beta - 1.0f) * s;
+  c.gamma = 1.0f + (gamma - 1.0f) * s;
+  return c;
+}
+
 void diloco_step(std::span<float> phi, std::span<float> buf, std::span<const float> delta_mean,
                  const DiLoCoConfig& cfg, unsigned threads) {
   assert(phi.size() == buf.size() && phi.size() == delta_mean.size());
@@ -141,6 +163,17 @@ void noloco_step(std::span<float> phi, std::span<float> m, std::span<const float
   parallel_slices(phi.size(), threads, [&](std::size_t lo, std::size_t hi) {
     noloco_kernel(phi.data(), m.data(), delta_mean.data(), phi_mean.data(), cfg.alpha, cfg.beta,
                   cfg.gamma, lo, hi);
+  });
+}
+
+void noloco_proposal(std::span<const float> phi, std::span<const float> m,
+                     std::span<const float> theta, std::span<float> p, std::span<float> m_next,
+                     const NoLoCoConfig& cfg, unsigned threads) {
+  assert(phi.size() == m.size() && phi.size() == theta.size() && phi.size() == p.size() &&
+         phi.size() == m_next.size());
+  parallel_slices(phi.size(), threads, [&](std::size_t lo, std::size_t hi) {
+    proposal_kernel(phi.data(), m.data(), theta.data(), p.data(), m_next.data(), cfg.alpha,
+                    cfg.beta, lo, hi);
   });
 }
 

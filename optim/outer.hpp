@@ -39,15 +39,39 @@ void diloco_step(std::span<float> phi, std::span<float> buf, std::span<const flo
 ///   m = α·m − β·mean_G(Δ) − γ·(φ − mean_G(φ));  φ = φ + m.
 /// `lookahead` > 0: each inner phase starts from θ = φ + lookahead·m (where the momentum is
 /// heading, as Nesterov's look-ahead) instead of θ = φ; the step itself is unchanged.
+/// `nesterov` (grove-node's rule): each member takes DiLoCo's Nesterov step on its own
+/// pseudo-gradient without applying it (noloco_proposal), m' = α·m − β·Δ, P = φ + α·m' − β·Δ,
+/// and the group averages both: φ = mean_G(P), m = mean_G(m') (γ unused: the pull is whole).
+/// The step is linear, so this is DiLoCo's step from the group's mean φ, m and Δ; with G the
+/// whole swarm it is DiLoCo's step exactly (m = −β·b, α = μ, β = lr), and after a round the
+/// group's members hold the same φ and m. The paper's rule instead feeds the consensus error
+/// through each member's own momentum, which amplifies it by 1/(1 − α) and drives replicas
+/// apart at DiLoCo's momentum (docs/ALGORITHMS.md). Two tensors travel, P and m'.
+/// `warmup` > 0: as DiLoCo's (DiLoCoConfig): round r ≤ warmup steps with α·s, β and γ moved
+/// from 1 by s, s = (r − 1)/warmup, so the first round is plain averaging (φ = mean_G θ).
 struct NoLoCoConfig {
   float alpha = 0.5f;
   float beta = 0.7f;
   float gamma = 0.7f;
   float lookahead = 0.0f;
-  bool one_tensor() const { return beta == gamma; }
+  bool nesterov = false;
+  std::uint32_t warmup = 0;
+  bool one_tensor() const { return !nesterov && beta == gamma; }
+  NoLoCoConfig at_round(std::uint64_t round) const;
 };
+/// NoLoCo's two named settings (docs/ALGORITHMS.md): the paper's (pairs; α 0.5, β = γ 0.7, one
+/// tensor travels), and grove-node's default, the Nesterov rule with DiLoCo's numbers (α 0.9,
+/// β 0.7), a full pull (γ 1) and DiLoCo's 10-round warm-up: 1.8% from DiLoCo's loss at 8 nodes
+/// against the paper's 22% (gpt tiny, H = 50).
+inline constexpr NoLoCoConfig kNoLoCoPaper{0.5f, 0.7f, 0.7f, 0.0f, false, 0};
+inline constexpr NoLoCoConfig kNoLoCoGrove{0.9f, 0.7f, 1.0f, 0.0f, true, 10};
 void noloco_step(std::span<float> phi, std::span<float> m, std::span<const float> delta_mean,
                  std::span<const float> phi_mean, const NoLoCoConfig& cfg, unsigned threads = 1);
+/// The Nesterov rule's message over some values: m' = α·m − β·(φ − θ) into `m_next` and
+/// P = φ + α·m' − β·(φ − θ) into `p` (φ, m, θ unchanged).
+void noloco_proposal(std::span<const float> phi, std::span<const float> m,
+                     std::span<const float> theta, std::span<float> p, std::span<float> m_next,
+                     const NoLoCoConfig& cfg, unsigned threads = 1);
 /// The β = γ form, where only θ travels: m = α·m + β·(mean_G(θ) − φ); φ = φ + m.
 /// A group of one (no partner) passes its own θ: m = α·m − β·Δ.
 void noloco_step_theta(std::span<float> phi, std::span<float> m, std::span<const float> theta_mean,

@@ -24,7 +24,7 @@ struct SizeSetup {
 };
 
 struct SizeOutcome {
-  bool completed = false;  ///< the joiner synced and ended two rounds within the time allowed
+  bool completed = false;  ///< the joiner synced and ended two rounds, and node 0 two, in time
   double join_s = 0;       ///< from its start to its synced state
   double bound_s = 0;      ///< the state's bytes (8 per parameter) at the line rate
   double round_s = 0;      ///< mean time between the first node's rounds, once two nodes pair

@@ -14,6 +14,7 @@ SwarmOptions fast_options(gossip::OuterMode mode) {
   SwarmOptions o;
   o.params = 512;
   o.round.mode = mode;
+  o.round.noloco = optim::kNoLoCoGrove;  // the node's default (node/config.hpp)
   o.round.match.window = ms(2000);
   o.round.match.min_lead = ms(500);
   o.round.match.settle = ms(500);

@@ -76,15 +76,19 @@ struct Outer {
   bool sparseloco = false;
   std::size_t fragments = 1;     ///< --fragments: a round averages one of that many fragments
   std::size_t noloco_group = 2;  ///< --noloco-group
-  float lookahead = 0.0f;        ///< --noloco-lookahead
+  optim::NoLoCoConfig noloco = optim::kNoLoCoGrove;  ///< --noloco-variant, --noloco-lookahead
 };
 
-// --noloco-group G and --noloco-lookahead L: NoLoCo's variant (gossip::RoundOptions).
+// --noloco-variant grove|paper (the node's: optim::kNoLoCoGrove, kNoLoCoPaper), --noloco-group G
+// and --noloco-lookahead L: NoLoCo's variant (gossip::RoundOptions).
 void read_noloco(const Args& a, Outer& outer) {
+  const std::string v = a.str("noloco-variant", "grove");
+  if (v != "grove" && v != "paper") throw std::invalid_argument("--noloco-variant: grove or paper");
+  outer.noloco = v == "grove" ? optim::kNoLoCoGrove : optim::kNoLoCoPaper;
   outer.noloco_group = static_cast<std::size_t>(a.count("noloco-group", 2));
-  outer.lookahead = static_cast<float>(a.num("noloco-lookahead", 0.0));
-  if (outer.noloco_group < 2 || outer.noloco_group > 64 || !(outer.lookahead >= 0.0f) ||
-      outer.lookahead >= 1.0f)
+  outer.noloco.lookahead = static_cast<float>(a.num("noloco-lookahead", 0.0));
+  if (outer.noloco_group < 2 || outer.noloco_group > 64 || !(outer.noloco.lookahead >= 0.0f) ||
+      outer.noloco.lookahead >= 1.0f)
     throw std::invalid_argument("--noloco-group: 2 to 64; --noloco-lookahead: 0 to 0.999");
 }
 
@@ -118,7 +122,7 @@ SwarmOptions swarm_options(const Setup& s, const Outer& outer, std::shared_ptr<W
   o.round.compressed = outer.compressed;
   o.round.fragments = outer.fragments;
   o.round.noloco_group = outer.noloco_group;
-  o.round.noloco.lookahead = outer.lookahead;
+  o.round.noloco = outer.noloco;
   if (outer.sparseloco) {
     o.round.diloco.lr = 1.0f;
     o.round.diloco.momentum = 0.0f;

@@ -59,6 +59,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     check(!f || std::isfinite(*f));
   check(!h->noloco_group || (*h->noloco_group >= 2 && *h->noloco_group <= 64));
   check(!h->outer_warmup || *h->outer_warmup <= 1'000'000);
+  check(!h->noloco_nesterov || *h->noloco_nesterov <= 1);
+  check(!h->noloco_warmup || *h->noloco_warmup <= 1'000'000);
   if (h->version == kTrainerProtocol) {
     RunConfig c;
     apply_hello(*h, c);

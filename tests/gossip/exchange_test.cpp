@@ -206,6 +206,28 @@ TEST(GroupExchange, OversizedNormAndWrongSizeAreRefused) {
   EXPECT_NE(y.ea->failures().begin()->second.find("size"), std::string::npos);
 }
 
+// NoLoCo's Nesterov rule sends P then m': a member whose momentum is near zero (it was alone, or
+// has just joined) still takes a partner's m' within the bound of its P, and nothing beyond it.
+TEST(GroupExchange, TheBoundByTheFirstTensorLetsAFadedMomentumTakeItsPartners) {
+  for (const bool by_first : {false, true}) {
+    auto o = fp32_opts();
+    o.bound_by_first = by_first;
+    Group g(7, 2, 2, 1024, o);
+    for (auto& v : g.tensors[0][1]) v *= 1e-3f;  // member 0's momentum has faded
+    g.start();
+    ASSERT_TRUE(g.net.run_until([&] { return g.all_finished(); }, 30s));
+    EXPECT_EQ(g.at(0)->completed().size(), by_first ? 1u : 0u) << by_first;
+    EXPECT_EQ(g.at(1)->completed().size(), 1u) << by_first;
+  }
+  auto o = fp32_opts();
+  o.bound_by_first = true;
+  Group g(8, 2, 2, 1024, o);
+  for (auto& v : g.tensors[1][1]) v *= 100.0f;  // beyond twice member 0's P
+  g.start();
+  ASSERT_TRUE(g.net.run_until([&] { return g.all_finished(); }, 30s));
+  EXPECT_TRUE(g.at(0)->completed().empty());
+}
+
 TEST(GroupExchange, OutOfOrderChunksAreRefused) {
   std::mt19937 rng(5);
   Manual x(randn(rng, 1024), randn(rng, 1024), fp32_opts());

@@ -93,6 +93,14 @@ TEST(Cli, TheNoLoCoVariantSetsItsSettingsAndLaterOptionsWin) {
             std::string::npos);
   EXPECT_NE(error_of({"--bootstrap", "--noloco-group", "1"}).find("--noloco-group"),
             std::string::npos);
+  EXPECT_NE(error_of({"--bootstrap", "--noloco-rule", "best"}).find("paper or nesterov"),
+            std::string::npos);
+  auto n = parse({"--bootstrap", "--noloco-rule", "nesterov", "--noloco-warmup", "5"});
+  EXPECT_EQ(n.config.noloco_nesterov, 1u);
+  EXPECT_EQ(n.config.noloco_warmup, 5u);
+  auto p = parse({"--bootstrap", "--noloco-rule", "nesterov", "--noloco-variant", "paper"});
+  EXPECT_EQ(p.config.noloco_nesterov, 0u);
+  EXPECT_EQ(p.config.noloco_warmup, 0u);
   auto w = parse({"--bootstrap", "--outer", "diloco", "--outer-warmup", "10"});
   EXPECT_EQ(w.config.outer_warmup, 10u);
 }
@@ -265,6 +273,8 @@ TEST(Cli, HelpDocumentsEveryOption) {
                           "--outer-warmup",
                           "--noloco-group",
                           "--noloco-lookahead",
+                          "--noloco-rule",
+                          "--noloco-warmup",
                           "--codec",
                           "--eval-every",
                           "--eval-batches",

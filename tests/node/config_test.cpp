@@ -91,6 +91,9 @@ TEST(RunConfig, CheckNamesTheBadField) {
   c = sample();
   c.noloco_lookahead = 1.0f;
   EXPECT_NE(c.check().find("look-ahead"), std::string::npos);
+  c = sample();
+  c.noloco_nesterov = 2;
+  EXPECT_NE(c.check().find("noloco rule"), std::string::npos);
 }
 
 TEST(RunConfig, TheNoLoCoVariantAndTheOuterWarmUpArePartOfTheRun) {
@@ -98,8 +101,12 @@ TEST(RunConfig, TheNoLoCoVariantAndTheOuterWarmUpArePartOfTheRun) {
   c.noloco_group = 4;
   c.noloco_lookahead = 0.5f;
   c.outer_warmup = 10;
+  c.noloco_nesterov = 1;
+  c.noloco_warmup = 7;
   const auto r = parse_run_config(c.to_text());
   ASSERT_TRUE(r) << r.why();
+  EXPECT_EQ(r->noloco_nesterov, 1u);
+  EXPECT_EQ(r->noloco_warmup, 7u);
   EXPECT_EQ(r->noloco_group, 4u);
   EXPECT_EQ(r->noloco_lookahead, 0.5f);
   EXPECT_EQ(r->outer_warmup, 10u);

@@ -231,12 +231,14 @@ TEST(NodeProcess, ThreeNodesTrainTogetherAndTheirLossDrops) {
   EXPECT_GE(averaged, 10);
 }
 
-// NoLoCo's variant as run options: groups of three and a look-ahead start; the joiners average
-// with both others (their round lines: "noloco with ID +1").
+// NoLoCo's variant as run options: the paper's rule in groups of three with a look-ahead start
+// (the look-ahead belongs with the paper's rule: grove-node's is a Nesterov step already); the
+// joiners average with both others (their round lines: "noloco with ID +1").
 TEST(NodeProcess, NoLoCoInGroupsOfThreeWithALookAheadTrainsTogether) {
   TempDir d;
-  three_nodes_train(d, {"--noloco-group", "3", "--noloco-lookahead", "0.5"},
-                    std::regex(R"(noloco with \S+ \+1)"));
+  three_nodes_train(
+      d, {"--noloco-variant", "paper", "--noloco-group", "3", "--noloco-lookahead", "0.5"},
+      std::regex(R"(noloco with \S+ \+1)"));
 }
 
 TEST(NodeProcess, KilledWithSigkillResumesFromItsCheckpoint) {

@@ -219,6 +219,59 @@ TEST(Outer, TheOuterWarmUpStartsFromPlainAveraging) {
   EXPECT_EQ(phi, (std::vector<float>{0.75f, 2.5f}));
 }
 
+// NoLoCo's Nesterov rule: the group's mean of the members' proposals is DiLoCo's step from the
+// group's mean φ, m and Δ (m = −lr·b); over the whole swarm, DiLoCo's step exactly.
+TEST(Outer, NoLoCosNesterovRuleIsDiLoCosStepOnTheGroupsMeans) {
+  std::mt19937 rng(7);
+  const std::size_t n = 257;
+  const NoLoCoConfig nl{0.9f, 0.7f, 1.0f, 0.0f, true};
+  const DiLoCoConfig dl{0.7f, 0.9f};
+  EXPECT_FALSE(nl.one_tensor());
+  // Two members, different φ, m and θ.
+  auto phi_a = randn(rng, n, 1.0f), phi_b = randn(rng, n, 1.0f);
+  auto m_a = randn(rng, n, 0.1f), m_b = randn(rng, n, 0.1f);
+  auto th_a = randn(rng, n, 1.0f), th_b = randn(rng, n, 1.0f);
+  std::vector<float> pa(n), pb(n), ma(n), mb(n);
+  noloco_proposal(phi_a, m_a, th_a, pa, ma, nl);
+  noloco_proposal(phi_b, m_b, th_b, pb, mb, nl);
+  std::vector<float> phi(n), b(n), d(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    phi[i] = 0.5f * (phi_a[i] + phi_b[i]);
+    b[i] = -0.5f * (m_a[i] + m_b[i]) / 0.7f;
+    d[i] = 0.5f * ((phi_a[i] - th_a[i]) + (phi_b[i] - th_b[i]));
+  }
+  diloco_step(phi, b, d, dl);
+  for (std::size_t i = 0; i < n; ++i) {
+    ASSERT_NEAR(0.5f * (pa[i] + pb[i]), phi[i], 1e-5f) << i;
+    ASSERT_NEAR(0.5f * (ma[i] + mb[i]), -0.7f * b[i], 1e-5f) << i;
+  }
+}
+
+// NoLoCo's warm-up ramps α from 0 and β, γ from 1: round 1 is plain averaging, φ = mean θ, with
+// either rule.
+TEST(Outer, NoLoCosWarmUpStartsFromPlainAveraging) {
+  NoLoCoConfig cfg{0.9f, 0.7f, 0.5f, 0.0f, true, 4};
+  EXPECT_EQ(cfg.at_round(1).alpha, 0.0f);
+  EXPECT_EQ(cfg.at_round(1).beta, 1.0f);
+  EXPECT_EQ(cfg.at_round(1).gamma, 1.0f);
+  EXPECT_FLOAT_EQ(cfg.at_round(3).alpha, 0.45f);
+  EXPECT_FLOAT_EQ(cfg.at_round(3).beta, 0.85f);
+  EXPECT_FLOAT_EQ(cfg.at_round(3).gamma, 0.75f);
+  EXPECT_EQ(cfg.at_round(5).alpha, 0.9f);
+  EXPECT_EQ(cfg.at_round(5).gamma, 0.5f);
+  EXPECT_EQ(cfg.at_round(5).warmup, 0u);
+  // Two members: φ 1 and 3, θ 0 and 1; mean θ = 0.5 whatever the momentum was.
+  std::vector<float> phi{1.0f}, m{0.3f}, d_mean{(1.0f + 2.0f) / 2}, phi_mean{2.0f};
+  noloco_step(phi, m, d_mean, phi_mean, NoLoCoConfig{0.5f, 0.7f, 0.7f, 0.0f, false, 4}.at_round(1));
+  EXPECT_FLOAT_EQ(phi[0], 0.5f);
+  std::vector<float> p1(1), p2(1), m1(1), m2(1);
+  noloco_proposal(std::vector<float>{1.0f}, std::vector<float>{0.3f}, std::vector<float>{0.0f}, p1,
+                  m1, cfg.at_round(1));
+  noloco_proposal(std::vector<float>{3.0f}, std::vector<float>{-0.2f}, std::vector<float>{1.0f}, p2,
+                  m2, cfg.at_round(1));
+  EXPECT_FLOAT_EQ(0.5f * (p1[0] + p2[0]), 0.5f);
+}
+
 TEST(Outer, OverlapMixKeepsTheRightReference) {
   // After mixing, φ is the new slow weights φ' and θ is halfway between θ_local and φ', so the
   // next pseudo-gradient φ' − θ = α·(φ' − θ_local) is non-zero (taking it against the mixed

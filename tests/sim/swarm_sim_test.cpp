@@ -212,9 +212,10 @@ TEST(SwarmSim, NodesFollowTheNodeController) {
 // The simulator at size (sim/at_size.hpp): a φ of 1024 values stands for 8B parameters (1B for
 // DiLoCo), over lines of 20 and 100 Mbit/s (25 ms one way), with 10-minute inner phases. The
 // third node's join takes no more than 1.2 × the state's bytes (64 GB) at the line rate + 10 s;
-// once two nodes pair, each node averages in at least half its rounds (a NoLoCo pair sends 16 GB
-// each way: at 20 Mbit/s a round lasts several inner phases; pairs leave the odd node alone in
-// some windows), and no deadline fires.
+// once two nodes pair, they average in at least half their rounds, and no deadline fires. A
+// DiLoCo joiner averages as often; a NoLoCo joiner may not: a NoLoCo pair sends 32 GB each way (P
+// and m', optim::NoLoCoConfig::nesterov), so at 20 Mbit/s its round lasts several inner phases
+// and the odd node, ready every phase, takes local rounds until its readiness meets theirs.
 void at_size(double params, double mbit, OuterMode mode) {
   SCOPED_TRACE(std::to_string(params) + " parameters, " + std::to_string(mbit) + " Mbit/s, " +
                gossip::to_string(mode));
@@ -227,10 +228,11 @@ void at_size(double params, double mbit, OuterMode mode) {
   EXPECT_LE(r.join_s, 1.2 * r.bound_s + 10) << "bound " << r.bound_s << " s";
   EXPECT_GE(r.join_s, r.bound_s) << "the state cannot arrive faster than the line";
   for (const auto& f : r.fired) ADD_FAILURE() << f;
-  // Every node averages, the joiner too: a DiLoCo group waits at its round boundary for a
+  // Every node averages, a DiLoCo joiner too: a DiLoCo group waits at its round boundary for a
   // member fetching its state (RoundOptions::sync_wait) instead of leaving it behind again.
   for (std::size_t i = 0; i < r.rounds.size(); ++i) {
     EXPECT_GE(r.rounds[i], 2) << "node " << i;
+    if (mode == OuterMode::noloco && i == r.joiner) continue;
     EXPECT_GE(2 * r.averaged[i], r.rounds[i])
         << "node " << i << " averaged " << r.averaged[i] << " of " << r.rounds[i] << " rounds";
   }

@@ -143,9 +143,15 @@ class Node:
         self.restored = None
 
     # ---- the algorithm -------------------------------------------------------------------
-    def noloco(self, model, inner_steps=50, alpha=0.5, beta=0.7, gamma=0.7, fragments=None,
-               group=None, lookahead=None):
+    def noloco(self, model, inner_steps=50, alpha=None, beta=None, gamma=None, fragments=None,
+               group=None, lookahead=None, rule=None, warmup=None):
         """NoLoCo: random pairwise averaging with modified Nesterov momentum, no all-reduce.
+
+        The defaults are the node's: grove-node's rule (``rule="nesterov"``: DiLoCo's Nesterov
+        step on the pair's mean pseudo-gradient with the pull toward the pair's slow weights
+        outside the momentum; ``alpha=0.9``, ``beta=0.7``, ``gamma=1.0``, ``warmup=10`` rounds
+        ramping from plain averaging). ``rule="paper"`` with ``alpha=0.5, beta=0.7, gamma=0.7,
+        warmup=0`` is the NoLoCo paper's.
 
         ``group=G``: average in random groups of G (default 2, pairs). ``lookahead=L``: each
         inner phase starts from the slow weights plus L times the outer momentum (default 0).
@@ -156,8 +162,15 @@ class Node:
 
         The numbers are used when this trainer creates the run (the node was started with
         --bootstrap); a node that joins an existing run checks them against the run's."""
-        fields = {"outer": "noloco", "inner_steps": inner_steps, "noloco_alpha": alpha,
-                  "noloco_beta": beta, "noloco_gamma": gamma}
+        if rule not in (None, "paper", "nesterov"):
+            raise ValueError("noloco: rule is 'paper' or 'nesterov'")
+        fields = {"outer": "noloco", "inner_steps": inner_steps}
+        for key, v in (("noloco_alpha", alpha), ("noloco_beta", beta), ("noloco_gamma", gamma),
+                       ("noloco_warmup", warmup)):
+            if v is not None:
+                fields[key] = v
+        if rule is not None:
+            fields["noloco_nesterov"] = 1 if rule == "nesterov" else 0
         if fragments is not None:
             fields["fragments"] = fragments
         if group is not None:
