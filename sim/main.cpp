@@ -31,6 +31,7 @@ const Experiment kExperiments[] = {
      grove::sim::run_dht_churn},
     {"spread", "NoLoCo vs DiLoCo in a simulated swarm: loss and replica spread against N and H",
      "--nodes 8,16,32,64,128 --inner-steps 10,50,200 --steps 2000 --workload quadratic|mlp "
+     "--noloco-variant grove|paper "
      "--step-ms 100 --rtt-ms 0 (0: world model) --loss 0 --seed 1",
      grove::sim::run_spread},
     {"churn", "training while a share of the nodes leaves or crashes and as many join",
@@ -40,7 +41,8 @@ const Experiment kExperiments[] = {
      grove::sim::run_churn},
     {"scale", "the whole swarm at growing N: join time, control-plane bytes, views, rounds",
      "--nodes 16,64,256,1024 --inner-steps 50 --join-minutes 2 --minutes 5 "
-     "--outer noloco|diloco|sparseloco|e3m0 --fragments 1 --noloco-variant grove|paper --noloco-group 2 --noloco-lookahead 0 "
+     "--outer noloco|diloco|sparseloco|e3m0 --fragments 1 --noloco-variant grove|paper "
+     "--noloco-group 2 --noloco-lookahead 0 "
      "--workload quadratic|mlp --step-ms 100 --rtt-ms 0 (0: world model) --loss 0 --seed 1",
      grove::sim::run_scale},
     {"size", "a swarm at model size over slow lines: join vs its bound, rounds, deadlines fired",

@@ -239,6 +239,7 @@ int run_spread(const Args& a, const std::string& out) {
         const auto n = static_cast<std::size_t>(nd);
         const auto wall0 = std::chrono::steady_clock::now();
         Outer outer;
+        read_noloco(a, outer);
         outer.mode = mode;
         Swarm s(st.seed * 1000 + n, swarm_options(st, outer, workload(st, h)));
         std::mt19937_64 rng(st.seed + n);
