@@ -237,20 +237,20 @@ void StepWork::run() {
         mean = {};
       }
       if (nl.nesterov) {
-        // The group's means of P and m' become φ and m: whole (`theta` and `phi_mean` hold
-        // them), or over the slice, our own step elsewhere.
+        // The group's means of P and m' become φ and m over [sa, sb) (`theta`, or with a slice
+        // `mean`, and `phi_mean` hold them); outside a slice the values keep our θ.
         const auto& p_mean = sliced ? mean : theta;
         if (!sliced && (theta.size() != n || phi_mean.size() != n)) {
           error = "the pair's means have " + std::to_string(theta.size()) + " and " +
                   std::to_string(phi_mean.size()) + " values, not " + std::to_string(n);
           break;
         }
-        if (sliced) noloco_local(0, sa);
+        noloco_local(0, sa);
         copy_values(p_mean, 0, phi, sa, sb - sa);
         copy_values(phi_mean, 0, m, sa, sb - sa);
-        if (sliced) noloco_local(sb, n);
+        noloco_local(sb, n);
         phi_mean = {};
-        if (sliced) mean = {};
+        mean = {};
         break;
       }
       if (!sliced || nl.one_tensor()) {

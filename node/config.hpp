@@ -78,8 +78,8 @@ struct RunConfig {
   std::uint32_t noloco_group = 2;
   float noloco_lookahead = 0.0f;
   /// NoLoCo's rule (optim::NoLoCoConfig::nesterov): 0 the paper's (the consensus term inside
-  /// the momentum), 1 DiLoCo's Nesterov step on the group's mean with the consensus outside it;
-  /// and its warm-up in rounds, as outer_warmup (0: none).
+  /// the momentum), 1 grove-node's (the group averages its members' Nesterov proposals and
+  /// momenta); and its warm-up in rounds, as outer_warmup (0: none).
   std::uint32_t noloco_nesterov = optim::kNoLoCoGrove.nesterov ? 1 : 0;
   std::uint32_t noloco_warmup = optim::kNoLoCoGrove.warmup;
   WireCodec codec = WireCodec::fp16;

@@ -131,20 +131,31 @@ void mix_kernel(float* __restrict t, float* __restrict p, const float* __restric
 
 }  // namespace
 
+namespace {
+// The outer warm-up's share of round r ≤ warmup, (r − 1)/warmup: 0 for round 1; a step size x
+// ramps from 1 to x by it, a momentum from 0.
+float warmup_share(std::uint64_t round, std::uint32_t warmup) {
+  return static_cast<float>(round == 0 ? 0 : round - 1) / static_cast<float>(warmup);
+}
+float from_one(float x, float s) {
+  return 1.0f + (x - 1.0f) * s;
+}
+}  // namespace
+
 DiLoCoConfig DiLoCoConfig::at_round(std::uint64_t round) const {
   if (warmup == 0 || round > warmup) return {lr, momentum, 0};
-  const float s = static_cast<float>(round == 0 ? 0 : round - 1) / static_cast<float>(warmup);
-  return {1.0f + (lr - 1.0f) * s, momentum * s, 0};
+  const float s = warmup_share(round, warmup);
+  return {from_one(lr, s), momentum * s, 0};
 }
 
 NoLoCoConfig NoLoCoConfig::at_round(std::uint64_t round) const {
   NoLoCoConfig c = *this;
   c.warmup = 0;
   if (warmup == 0 || round > warmup) return c;
-  const float s = static_cast<float>(round == 0 ? 0 : round - 1) / static_cast<float>(warmup);
+  const float s = warmup_share(round, warmup);
   c.alpha = alpha * s;
-  c.beta = 1.0f + (beta - 1.0f) * s;
-  c.gamma = 1.0f + (gamma - 1.0f) * s;
+  c.beta = from_one(beta, s);
+  c.gamma = from_one(gamma, s);
   return c;
 }
 

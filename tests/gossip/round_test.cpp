@@ -36,8 +36,6 @@ double rms(std::span<const float> a, std::span<const float> b) {
   return std::sqrt(s / static_cast<double>(a.size()));
 }
 
-void noloco_pairs_reach_consensus(const sim::SwarmOptions& o, double bound);
-
 // Consensus: how far the nodes' slow weights are from node 0's, over how far their targets are.
 // (Each node's inner phase pulls θ half-way to its own target, so pairs alone cannot make the
 // swarm agree; without averaging the ratio is 1.)
@@ -48,19 +46,6 @@ double spread_ratio(Swarm& s) {
     spread_target += rms(s.target(i), s.target(0));
   }
   return spread_phi / spread_target;
-}
-
-// Both rules: the paper's, and grove-node's (the default). With grove-node's the pair's outer
-// step carries φ most of the way to the pair's own optimum (DiLoCo's step, about 0.67 × (φ − the
-// pair's mean target) here), so the replicas spread as the pairs' mean targets do, 1/√2 of the
-// targets' spread; the paper's smaller step (β/(1 − α) = 1.4 × Δ against DiLoCo's 7 ×) keeps
-// them closer. Without averaging the ratio is 1.
-TEST(RoundEngine, NoLoCoSwarmPairsEveryRoundAndReachesConsensus) {
-  for (const bool grove : {true, false}) {
-    auto o = fast_options(OuterMode::noloco);
-    if (!grove) o.round.noloco = optim::kNoLoCoPaper;
-    noloco_pairs_reach_consensus(o, grove ? 0.75 : 0.6);
-  }
 }
 
 void noloco_pairs_reach_consensus(const sim::SwarmOptions& o, double bound) {
@@ -83,6 +68,19 @@ void noloco_pairs_reach_consensus(const sim::SwarmOptions& o, double bound) {
   EXPECT_LT(spread, bound);
   std::printf("NoLoCo: %zu rounds, %zu averaged; spread of φ / spread of targets = %.3f\n", rounds,
               averaged, spread);
+}
+
+// Both rules: the paper's, and grove-node's (the default). With grove-node's the pair's outer
+// step carries φ most of the way to the pair's own optimum (DiLoCo's step, about 0.67 × (φ − the
+// pair's mean target) here), so the replicas spread as the pairs' mean targets do, 1/√2 of the
+// targets' spread; the paper's smaller step (β/(1 − α) = 1.4 × Δ against DiLoCo's 7 ×) keeps
+// them closer. Without averaging the ratio is 1.
+TEST(RoundEngine, NoLoCoSwarmPairsEveryRoundAndReachesConsensus) {
+  for (const bool grove : {true, false}) {
+    auto o = fast_options(OuterMode::noloco);
+    if (!grove) o.round.noloco = optim::kNoLoCoPaper;
+    noloco_pairs_reach_consensus(o, grove ? 0.75 : 0.6);
+  }
 }
 
 TEST(RoundEngine, SlowNodeNeverStallsTheOthersAndStillAverages) {

@@ -147,10 +147,10 @@ class Node:
                group=None, lookahead=None, rule=None, warmup=None):
         """NoLoCo: random pairwise averaging with modified Nesterov momentum, no all-reduce.
 
-        The defaults are the node's: grove-node's rule (``rule="nesterov"``: DiLoCo's Nesterov
-        step on the pair's mean pseudo-gradient with the pull toward the pair's slow weights
-        outside the momentum; ``alpha=0.9``, ``beta=0.7``, ``gamma=1.0``, ``warmup=10`` rounds
-        ramping from plain averaging). ``rule="paper"`` with ``alpha=0.5, beta=0.7, gamma=0.7,
+        The defaults are the node's: grove-node's rule (``rule="nesterov"``: each member takes
+        DiLoCo's Nesterov step on its own pseudo-gradient without applying it, and the pair
+        averages the results and the momenta; ``alpha=0.9``, ``beta=0.7``, ``warmup=10`` rounds
+        ramping from plain averaging; ``gamma`` is the paper rule's only). ``rule="paper"`` with ``alpha=0.5, beta=0.7, gamma=0.7,
         warmup=0`` is the NoLoCo paper's.
 
         ``group=G``: average in random groups of G (default 2, pairs). ``lookahead=L``: each
