@@ -320,11 +320,15 @@ class RoundEngine {
   /// The other live members in our view, less those seen leaving.
   using Others = OthersView;
   Others others(Time now) const {
-    if (norm_left_out_.empty())
+    if (norm_left_out_.empty() && distrust_.empty())
       return view_of_others(members_.live(now), store_.id(), departed_, state_.round, last_group_);
     auto skip = departed_;  // and the members left out for no norm lately: not waited for
     for (const auto& [id, round] : norm_left_out_)
       if (state_.round <= round + 2) skip.insert(id);
+    // A donor whose state we refused is not "ahead" of us: a round only it claims (a member that
+    // ended it alone, whose state the others cannot vouch for) would send us to fetch that state
+    // again and again while the swarm waits at ours.
+    skip.insert(distrust_.begin(), distrust_.end());
     return view_of_others(members_.live(now), store_.id(), skip, state_.round, last_group_);
   }
   /// DiLoCo: members our groups left out for declaring no ‖Δ‖ (gossip/matchmaking.hpp), with the
@@ -507,8 +511,8 @@ class RoundEngine {
   std::uint64_t sync_min_round_ = 0;
   std::vector<Witness> sync_witnesses_;  // what the other members said of its round
   std::uint64_t sync_seed_ = 0;          // the probe's
-  std::set<NodeId> distrust_;
-  std::uint64_t syncs_begun_ = 0;  // donors whose state was refused (until a sync is accepted)
+  std::set<NodeId> distrust_;  // donors whose state was refused (until a sync is accepted)
+  std::uint64_t syncs_begun_ = 0;
   /// Whether the state the sync job produced is one the other members vouch for
   /// (gossip/state_check.hpp); the verdict's detail goes to the log and the synced report.
   StateVerdict check_synced(const StepWork& w) const;

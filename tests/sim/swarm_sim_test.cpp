@@ -163,6 +163,49 @@ TEST(SwarmSim, DiLoCoSwarmWithChurnStaysHealthy) {
   expect_healthy(OuterMode::diloco, 22);
 }
 
+// A DiLoCo swarm whose first node ends a round alone while 31 others fetch its state of the round
+// before (grove-sim spread's setup: 1-second inner phases, world links, a quadratic from zero):
+// the others refuse that lone state (nobody else vouches for it), and a member whose state they
+// refused no longer counts as ahead of them, so they average their round and the lone node takes
+// their state. (Before, every window sent the 31 to fetch the refused state again: no round of
+// the whole run averaged.)
+TEST(SwarmSim, DiLoCoSwarmIsNotHeldByALoneMemberAhead) {
+  QuadraticOptions q;
+  q.inner_steps = 10;
+  q.lr = 0.1f;
+  SwarmOptions o = fast_options(OuterMode::diloco);
+  o.workload = make_quadratic(1, q);
+  o.net = NetModel::world();
+  o.membership = dht::MembershipOptions{};
+  o.round.allreduce.chunk_timeout = ms(10'000);
+  o.round.allreduce.heartbeat = ms(1000);
+  Swarm s(1032, o);
+  std::mt19937_64 rng(33);
+  auto node = [&] {
+    return NodeSpec{
+        ms(static_cast<int>(1000 * std::uniform_real_distribution<double>(0.8, 1.2)(rng))),
+        {},
+        false};
+  };
+  s.bootstrap(node());
+  for (std::size_t i = 1; i < 32; ++i) s.join(i - 1, node());
+  ASSERT_TRUE(s.run_until(
+      [&] {
+        for (std::size_t i = 0; i < s.size(); ++i)
+          if (s.rounds(i) < 12) return false;
+        return true;
+      },
+      ms(600'000)));
+  std::size_t rounds = 0, averaged = 0;
+  for (std::size_t i = 0; i < s.size(); ++i)
+    for (const auto& r : s.reports(i))
+      if (r.kind == RoundReport::Kind::round) {
+        ++rounds;
+        averaged += !r.local_only;
+      }
+  EXPECT_GE(10 * averaged, 9 * rounds) << averaged << " of " << rounds << " rounds averaged";
+}
+
 // The simulated nodes follow grove-node's own policy (node::Controller), not a copy of it:
 // changing the controller's options changes what the simulated nodes do.
 TEST(SwarmSim, NodesFollowTheNodeController) {
