@@ -355,10 +355,18 @@ COLORS = {"noloco": "tab:blue", "diloco": "tab:orange", "single": "tab:green",
           "diloco-fp32": "tab:red", "diloco-e3m0": "tab:purple", "sparseloco": "tab:brown",
           "sparseloco-2bit": "tab:pink", "sparseloco-nesterov": "tab:olive",
           "diloco-fragments": "tab:cyan", "sparseloco-fragments": "tab:gray",
-          "noloco-fragments": "tab:olive"}
+          "noloco-fragments": "tab:olive", "single-1x": "tab:gray", "noloco-paper": "tab:purple"}
+SPARE_COLORS = ["black", "gold", "teal", "navy", "maroon", "lime", "coral", "orchid"]
 
 
-def plot(path, curves, finals, floor, title, labels):
+def color_of(name):
+    """The configuration's colour: its own, else one of the spare ones (by name, stable)."""
+    if name not in COLORS:
+        COLORS[name] = SPARE_COLORS[sum(map(ord, name)) % len(SPARE_COLORS)]
+    return COLORS[name]
+
+
+def plot(path, curves, finals, floor, title, labels, unit="byte"):
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -368,6 +376,8 @@ def plot(path, curves, finals, floor, title, labels):
         print("matplotlib is not installed: no PNG written (the CSVs are complete). Install it "
               "with `apt-get install python3-matplotlib` and run again.")
         return False
+    if floor is not None and floor != floor:  # NaN: no known floor (the external workloads)
+        floor = None
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.8))
     for name, pts in curves.items():
         if not pts:
@@ -375,26 +385,26 @@ def plot(path, curves, finals, floor, title, labels):
         label = labels[name]
         x = [p["total_steps"] for p in pts]
         y = [p["eval_loss_mean"] for p in pts]
-        ax1.plot(x, y, color=COLORS[name], label=label)
-        if name != "single":
+        ax1.plot(x, y, color=color_of(name), label=label)
+        if not name.startswith("single"):
             ax1.fill_between(x, [p["eval_loss_min"] for p in pts],
-                             [p["eval_loss_max"] for p in pts], color=COLORS[name], alpha=0.2)
+                             [p["eval_loss_max"] for p in pts], color=color_of(name), alpha=0.2)
             xb = [p["total_bytes_sent"] / 1e6 for p in pts]
-            ax2.plot(xb, y, color=COLORS[name], label=label)
+            ax2.plot(xb, y, color=color_of(name), label=label)
             ax2.fill_between(xb, [p["eval_loss_min"] for p in pts],
-                             [p["eval_loss_max"] for p in pts], color=COLORS[name], alpha=0.2)
+                             [p["eval_loss_max"] for p in pts], color=color_of(name), alpha=0.2)
         elif name in finals:
-            ax2.axhline(finals[name], color=COLORS[name], linestyle=":",
+            ax2.axhline(finals[name], color=color_of(name), linestyle=":",
                         label=label + ": final (0 bytes)")
     for ax in (ax1, ax2):
         if floor is not None:
             ax.axhline(floor, color="gray", linestyle="--", label="loss floor (source entropy)")
-        ax.set_yscale("log")
-        ax.yaxis.set_major_formatter(ScalarFormatter())
-        ax.yaxis.set_minor_formatter(NullFormatter())
-        ax.set_yticks([t for t in (0.6, 0.8, 1, 1.5, 2, 3, 4, 5, 6)
-                       if floor is None or t >= floor * 0.75])
-        ax.set_ylabel("eval loss (nats/byte; mean over nodes, band min-max)")
+        if floor is not None:  # the built-in workloads: the loss falls towards a known floor
+            ax.set_yscale("log")
+            ax.yaxis.set_major_formatter(ScalarFormatter())
+            ax.yaxis.set_minor_formatter(NullFormatter())
+            ax.set_yticks([t for t in (0.6, 0.8, 1, 1.5, 2, 3, 4, 5, 6) if t >= floor * 0.75])
+        ax.set_ylabel("eval loss (nats/%s; mean over nodes, band min-max)" % unit)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
     ax1.set_xlabel("compute: inner steps summed over the nodes")
@@ -593,10 +603,15 @@ def run_seed(a, configs):
                                   PF=a.pair_fragments or a.fragments) for c in summ}
     floor = next(iter(summ.values()))["floor"]
     if not a.no_plot:
-        title = (f"{a.workload} {a.model_size}: {n} nodes x {steps} steps vs 1 node x "
-                 f"{factor * steps} steps (H={a.inner_steps}, batch {a.batch}x{a.seq_len})")
+        model = "" if a.workload in EXTERNAL else " " + a.model_size
+        alone = " and ".join(f"1 node x {f * steps} steps" for c, f in
+                             (("single", factor), ("single-1x", 1)) if c in summ) or "no single node"
+        shape = "" if a.workload in EXTERNAL else f", batch {a.batch}x{a.seq_len}"
+        title = (f"{a.workload}{model}: {n} nodes x {steps} steps vs {alone} "
+                 f"(H={a.inner_steps}{shape})")
         plot(os.path.join(a.out, "convergence.png"), curves,
-             {c: s["final_mean"] for c, s in summ.items()}, floor, title, labels)
+             {c: s["final_mean"] for c, s in summ.items()}, floor, title, labels,
+             unit="token" if a.workload in EXTERNAL else "byte")
 
     base = summ.get("single")
     print()
