@@ -325,9 +325,9 @@ class RoundEngine {
     auto skip = departed_;  // and the members left out for no norm lately: not waited for
     for (const auto& [id, round] : norm_left_out_)
       if (state_.round <= round + 2) skip.insert(id);
-    // A donor whose state we refused is not "ahead" of us: a round only it claims (a member that
-    // ended it alone, whose state the others cannot vouch for) would send us to fetch that state
-    // again and again while the swarm waits at ours.
+    // Nor the donors whose state we refused: such a donor is neither waited for nor "ahead" of
+    // us (a round only it claims, ended alone and vouched for by nobody else, would send us to
+    // fetch that state again and again while the swarm waits at ours).
     skip.insert(distrust_.begin(), distrust_.end());
     return view_of_others(members_.live(now), store_.id(), skip, state_.round, last_group_);
   }

@@ -129,9 +129,6 @@ void mix_kernel(float* __restrict t, float* __restrict p, const float* __restric
   }
 }
 
-}  // namespace
-
-namespace {
 // The outer warm-up's share of round r ≤ warmup, (r − 1)/warmup: 0 for round 1; a step size x
 // ramps from 1 to x by it, a momentum from 0.
 float warmup_share(std::uint64_t round, std::uint32_t warmup) {
@@ -140,6 +137,7 @@ float warmup_share(std::uint64_t round, std::uint32_t warmup) {
 float from_one(float x, float s) {
   return 1.0f + (x - 1.0f) * s;
 }
+
 }  // namespace
 
 DiLoCoConfig DiLoCoConfig::at_round(std::uint64_t round) const {

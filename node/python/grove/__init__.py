@@ -150,8 +150,8 @@ class Node:
         The defaults are the node's: grove-node's rule (``rule="nesterov"``: each member takes
         DiLoCo's Nesterov step on its own pseudo-gradient without applying it, and the pair
         averages the results and the momenta; ``alpha=0.9``, ``beta=0.7``, ``warmup=10`` rounds
-        ramping from plain averaging; ``gamma`` is the paper rule's only). ``rule="paper"`` with ``alpha=0.5, beta=0.7, gamma=0.7,
-        warmup=0`` is the NoLoCo paper's.
+        ramping from plain averaging; ``gamma`` is the paper rule's only). ``rule="paper"``
+        with ``alpha=0.5, beta=0.7, gamma=0.7, warmup=0`` is the NoLoCo paper's.
 
         ``group=G``: average in random groups of G (default 2, pairs). ``lookahead=L``: each
         inner phase starts from the slow weights plus L times the outer momentum (default 0).
