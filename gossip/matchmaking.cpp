@@ -190,9 +190,9 @@ void Matchmaker::ready(std::uint64_t round, std::vector<std::string> addresses, 
   wait_for_ = wait_for;
   done_ = std::move(done);
   addresses_ = std::move(addresses);
-  first_ready_ = now;
   window_ = 0;
   publish(now);
+  first_read_ = read_at_;
 }
 
 namespace {
@@ -385,7 +385,10 @@ void Matchmaker::on_read(std::uint64_t attempt, std::vector<dht::Record> records
     }
     if (r.group.size() == 1) {
       const Time now = store_.now();
-      if (now + opts_.window - first_ready_ <= opts_.patience) return publish(now);  // next window
+      // Patience counts from our first window's read, not from ready(): a node whose lead is
+      // longer than the others' (its writes queued behind a state it serves over a slow link)
+      // lands a window or more after theirs, and still waits a whole round of theirs.
+      if (now + opts_.window - first_read_ <= opts_.patience) return publish(now);  // next window
       r.note = "nobody else was ready in this window";
     }
   }

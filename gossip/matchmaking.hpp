@@ -12,16 +12,17 @@
 //   members ordered by BLAKE2b-256(run ‖ window ‖ id), taken two at a time; an odd one out joins
 //   the last pair (a group of three).
 // The order changes with every window, so partners are random and different every round. A node
-// that finds nobody else tries the next windows for up to `patience`, then (or when its read
-// fails or exceeds `read_timeout`) gets a group of one: the local-only step. A node 3× slower than
-// the others simply lands in whichever window it is ready for and pairs with whoever is ready
-// there; nobody waits longer than window + settle + read for it. For DiLoCo (same_round) only
-// members at the window's majority round are grouped; one at another round is told so. When two
-// nodes read different sets (records still spreading) their groups may disagree; the exchange then
-// finds no partner and times out to local-only. In a large swarm the window's records are spread
-// over buckets (MatchOptions::bucket_members): each member writes, reads and is grouped within
-// its bucket of the window, so that a read costs a bucket's records, not the swarm's. Sans-IO like
-// Membership: it drives a record store (dht/record_store.hpp) with the times it is given.
+// that finds nobody else tries the next windows for up to `patience` past its first read, then
+// (or when its read fails or exceeds `read_timeout`) gets a group of one: the local-only step. A
+// node 3× slower than the others simply lands in whichever window it is ready for and pairs with
+// whoever is ready there; nobody waits longer than window + settle + read for it. For DiLoCo
+// (same_round) only members at the window's majority round are grouped; one at another round is
+// told so. When two nodes read different sets (records still spreading) their groups may disagree;
+// the exchange then finds no partner and times out to local-only. In a large swarm the window's
+// records are spread over buckets (MatchOptions::bucket_members): each member writes, reads and is
+// grouped within its bucket of the window, so that a read costs a bucket's records, not the
+// swarm's. Sans-IO like Membership: it drives a record store (dht/record_store.hpp) with the times
+// it is given.
 #pragma once
 
 #include <array>
@@ -48,11 +49,13 @@ struct MatchOptions {
   Time max_lead{20'000};
   Time settle{1'500};  ///< after the close: time for records to spread before the read
   Time read_timeout{8'000};
-  /// A node left alone in its window tries the following windows while it has been waiting for
-  /// less than this (0 = one window only). Others are not held up: they pair in their own
-  /// windows; this lets an off-beat node (a slow one) wait for the others' next window. Nodes
-  /// that finish together cluster in one window per round, so about one round time of the
-  /// fast nodes lets a slow node pair nearly every time (the node sets it from its round time).
+  /// A node left alone in its window tries the following windows whose reads come at most this
+  /// long after its first window's read (0 = one window only; counted from the first read, not
+  /// from ready(), so that a node whose lead is longer than the others' still waits this long).
+  /// Others are not held up: they pair in their own windows; this lets an off-beat node (a slow
+  /// one) wait for the others' next window. Nodes that finish together cluster in one window per
+  /// round, so about one round time of the fast nodes lets a slow node pair nearly every time (the
+  /// node sets it from its round time).
   Time patience{60'000};
   std::size_t max_ready = 4096;  ///< records considered per window
   /// 2 for NoLoCo pairs; 0 for one DiLoCo group of everyone ready in the window, or a bound on
@@ -241,7 +244,7 @@ class Matchmaker {
   std::uint32_t wait_for_ = 0;
   bool behind_ = false, fresh_ = false;
   double delta_norm_ = std::numeric_limits<double>::quiet_NaN();
-  Time read_at_{0}, give_up_at_{0}, first_ready_{0};
+  Time read_at_{0}, give_up_at_{0}, first_read_{0};
   std::deque<Time> write_times_;  ///< the last ready writes' durations, newest last
   std::uint64_t written_window_ = 0, late_window_ = 0;  ///< windows whose write ended (late)
   std::vector<std::string> addresses_;

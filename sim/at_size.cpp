@@ -53,10 +53,13 @@ SizeOutcome run_at_size(const SizeSetup& s) {
   watching = true;
   const gossip::Time t0 = w.now();
   out.joiner = w.join(0, inner);
-  // Until the joiner has ended two rounds and the first node two more: over lines this slow a
-  // pair's exchange lasts several inner phases, and the joiner takes local rounds meanwhile.
+  // Until the joiner has ended two rounds and the first two nodes two more each (a DiLoCo
+  // group's members report one round's end one after the other): over lines this slow a pair's
+  // exchange lasts several inner phases, and the joiner takes local rounds meanwhile.
   out.completed =
-      w.run_until([&] { return w.rounds(out.joiner) >= 2 && out.rounds[0] >= 2; }, 2 * day) &&
+      w.run_until(
+          [&] { return w.rounds(out.joiner) >= 2 && out.rounds[0] >= 2 && out.rounds[1] >= 2; },
+          2 * day) &&
       synced_at.count(out.joiner);
   if (synced_at.count(out.joiner))
     out.join_s = std::chrono::duration<double>(synced_at[out.joiner] - t0).count();

@@ -538,7 +538,7 @@ TEST(Matchmaking, NeverPairsWithAMemberOutsideTheLiveView) {
 
 TEST(Matchmaking, AloneInAWindowMeansALocalOnlyRound) {
   Trainers t(8, {Time(10'000)});
-  t.run(Time(40'000));
+  t.run(Time(60'000));  // ready at 10 s, first read at 17.5 s, patience 30 s past it
   ASSERT_FALSE(t.outcomes.empty());
   for (const auto& o : t.outcomes) {
     EXPECT_EQ(o.r.group.size(), 1u);
@@ -593,6 +593,29 @@ TEST(Matchmaking, LeadFollowsTheMeasuredWriteTime) {
   mf.ready(3, {"x"}, t, [&](MatchResult r) { got.push_back(std::move(r)); });
   EXPECT_EQ(*ms.next_deadline(), Time(16'000) + o.settle);
   EXPECT_EQ(*mf.next_deadline(), Time(14'000) + o.settle);
+  // Patience (one window here) counts from the first window's read, not from ready(): the slow
+  // member, whose lead puts its first window after the one a fast member ready 2.2 s later
+  // makes, still waits for it (from ready() the patience was spent before its first read).
+  ms.set_patience(o.window);
+  mf.set_patience(o.window);
+  got.clear();
+  ms.ready(4, {"x"}, Time(21'400), [&](MatchResult r) { got.push_back(std::move(r)); });
+  slow.deliver(Time(21'400) + write_time);
+  ASSERT_EQ(*ms.next_deadline(), Time(24'000) + o.settle);
+  mf.ready(4, {"x"}, Time(23'600), [&](MatchResult r) { got.push_back(std::move(r)); });
+  fast.deliver(Time(23'600));
+  ASSERT_EQ(*mf.next_deadline(), Time(26'000) + o.settle);
+  ms.on_timer(Time(24'300));
+  slow.deliver(Time(24'300));  // alone in its first window: it writes for the next one
+  EXPECT_TRUE(got.empty());
+  slow.deliver(Time(24'300) + write_time);
+  EXPECT_EQ(*ms.next_deadline(), Time(26'000) + o.settle);
+  ms.on_timer(Time(26'300));
+  mf.on_timer(Time(26'300));
+  slow.deliver(Time(26'300));
+  fast.deliver(Time(26'300));
+  ASSERT_EQ(got.size(), 2u);
+  for (const auto& r : got) EXPECT_EQ(r.group.size(), 2u) << r.note;
   // A lead never passes max_lead, however slow the writes.
   MatchOptions capped = o;
   capped.max_lead = Time(1000);
