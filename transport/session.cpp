@@ -1,6 +1,7 @@
 #include "transport/session.hpp"
 
 #include <algorithm>
+#include <utility>
 
 #include <spdlog/spdlog.h>
 #include <boost/asio/post.hpp>
@@ -91,29 +92,42 @@ DrainMeter::DrainMeter(double min_rate, double max_rate, Clock::duration window)
       window_(window) {}
 
 void DrainMeter::measure(Clock::time_point now, std::uint64_t handed, std::uint64_t queued) {
-  if (!held_back_) return;
-  held_back_ = false;
-  const std::uint64_t drained = handed - queued - drained_at_;
-  if (drained >= queued_at_) {
-    // Everything that was queued left before we looked again: the link sat idle for part of
-    // the interval, so its true rate is higher than this interval shows. Allow more.
-    rate_ = std::min(max_rate_, rate_ * 2);
+  const std::uint64_t held = std::exchange(queued_at_, 0);  // (one look per interval)
+  if (held == 0) return;  // the link held nothing: it may have sat idle
+  // (A link's count may also grow without a send: FaultyLink hands a delayed frame to the link
+  // below it, whose queue counts too. Never read that as bytes drained.)
+  const std::uint64_t gone = handed - queued;
+  const std::uint64_t drained = gone > drained_at_ ? gone - drained_at_ : 0;
+  const double secs = std::chrono::duration<double>(now - at_).count();
+  if (drained >= held) {
+    // Everything that was queued left before we looked again, so the link drains at least
+    // drained / interval. When data was held back, allow up to twice that (at most double the
+    // estimate): a fast link gets up to speed in a few looks. A look that came late (the strand
+    // was busy) shows a low bound and leaves the estimate alone; doubling on it would let a slow
+    // link's queue grow to megabytes, with every control frame waiting behind them.
+    if (held_back_ && secs > 0)
+      rate_ =
+          std::clamp(std::max(rate_, std::min(2 * rate_, 2 * static_cast<double>(drained) / secs)),
+                     min_rate_, max_rate_);
     win_bytes_ = 0;
     win_time_ = {};
     return;
   }
+  // The queue held data from the last look to this one: the link was busy all along (whether
+  // or not the session had more to give it), and drained at this interval's rate.
   win_bytes_ += drained;
   win_time_ += now - at_;
   if (win_time_ < window_) return;
-  const double secs = std::chrono::duration<double>(win_time_).count();
-  rate_ = std::clamp(static_cast<double>(win_bytes_) / secs, min_rate_, max_rate_);
+  rate_ =
+      std::clamp(static_cast<double>(win_bytes_) / std::chrono::duration<double>(win_time_).count(),
+                 min_rate_, max_rate_);
   win_bytes_ = 0;
   win_time_ = {};
 }
 
 void DrainMeter::mark(Clock::time_point now, std::uint64_t handed, std::uint64_t queued,
                       bool held_back) {
-  held_back_ = held_back && queued > 0;
+  held_back_ = held_back;
   at_ = now;
   drained_at_ = handed - queued;
   queued_at_ = queued;

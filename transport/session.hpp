@@ -170,10 +170,12 @@ namespace detail {
 
 /// Measures how fast a link drains its send queue (bytes per second), for sizing how much
 /// stream data may wait in it. Sans-IO: the session passes the time, the bytes it has handed
-/// to the link so far and the bytes the link still holds. Only intervals during which the
-/// session held data back at its limit count (an idle link would look slow); averaged over
-/// at least `window` of them. When the queue ran dry during such an interval, the link could
-/// have taken more than the estimate allowed: the estimate doubles. It starts at `min_rate`
+/// to the link so far and the bytes the link still holds. An interval from one look to the next
+/// counts when the queue held data at both ends (the link was busy all along: an idle link
+/// would look slow); averaged over at least `window` of them. When the queue ran dry during an
+/// interval in which the session held data back, the link drains at least what left over that
+/// interval: the estimate rises to twice that, at most doubling (a look that came late says
+/// little, and must not grow the queue a control frame waits behind). It starts at `min_rate`
 /// and stays within [min_rate, max_rate] (a stalled link reads as min_rate, not as zero, so
 /// that it gets back to speed in a few doublings).
 class DrainMeter {

@@ -583,11 +583,77 @@ TEST(DrainMeter, DoublesWhileTheQueueRunsDry) {
   detail::DrainMeter m(1e6, 4e6);  // ... but never beyond the maximum
   Clock::time_point t{};
   for (int i = 0; i < 10; ++i) {
-    m.mark(t, 1000 * i, 100, true);
+    m.mark(t, 100'000 * i, 100'000, true);
     t += Duration(1);
-    m.measure(t, 1000 * i, 0);
+    m.measure(t, 100'000 * i, 0);  // 100 kB gone in 1 ms: at least 100 MB/s
   }
   EXPECT_EQ(m.rate(), 4e6);
+}
+
+TEST(DrainMeter, ALateLookDoesNotGrowTheEstimate) {
+  // A 10 MB/s link, measured; then the session looks again only after 50 ms (its strand was
+  // busy) and finds the 100 kB it had queued gone: the link drains at least 2 MB/s, which says
+  // nothing new. Doubling on it (as the meter once did, each time) let a 12.5 MB/s link's queue
+  // grow to 4 MB, the credit and confirmations of the streams coming the other way waited
+  // 0.3 s behind it, and a 400 MB exchange took 1.2-1.5 x its bound instead of 1.05 x.
+  detail::DrainMeter m(1e6, 1e12);
+  Clock::time_point t{};
+  std::uint64_t handed = 0;
+  for (int i = 0; i < 100; ++i) {  // backlogged: 100 kB queued, 10 kB leave a millisecond
+    m.mark(t, handed += 10'000, 100'000, true);
+    t += Duration(1);
+    m.measure(t, handed, 90'000);
+  }
+  ASSERT_NEAR(m.rate(), 10e6, 0.05 * 10e6);
+  for (int i = 0; i < 20; ++i) {
+    m.mark(t, handed, 100'000, true);
+    t += Duration(50);
+    m.measure(t, handed, 0);
+    handed += 100'000;
+  }
+  EXPECT_NEAR(m.rate(), 10e6, 0.05 * 10e6);
+}
+
+TEST(DrainMeter, AQueueThatGrowsWithoutASendIsNotReadAsDrained) {
+  // FaultyLink hands a delayed frame to the link below it, whose queue counts too: the count
+  // grows between two looks without a send. Read as bytes drained, it wrapped around to 2^64
+  // and the estimate doubled at every look.
+  detail::DrainMeter m(1e6, 1e12);
+  Clock::time_point t{};
+  for (int i = 0; i < 50; ++i) {
+    m.mark(t, 1'000'000, 100'000, true);
+    t += Duration(1);
+    m.measure(t, 1'000'000, 164'000);
+  }
+  EXPECT_EQ(m.rate(), 1e6);
+}
+
+TEST(DrainMeter, MeasuresALinkThatStaysBusyWhileTheSessionHasNothingMore) {
+  // The estimate once came only from intervals in which the session held data back: a queue
+  // grown too long (the session's streams then wait for credit behind it, and hold nothing
+  // back) was never measured again. A queue that holds data at both looks was drained at
+  // the link's rate, whatever the session had left to give.
+  detail::DrainMeter m(1e6, 1e12);
+  Clock::time_point t{};
+  for (int i = 0; i < 40; ++i) {  // a backlogged 100 MB/s link
+    m.mark(t, 100'000 * (i + 1), 1'000'000, true);
+    t += Duration(1);
+    m.measure(t, 100'000 * (i + 1), 900'000);
+  }
+  m.mark(t, 0, 0, false);  // (an interval with nothing queued: ignored)
+  t += Duration(5);
+  m.measure(t, 0, 0);
+  ASSERT_NEAR(m.rate(), 100e6, 0.05 * 100e6);
+  // Then it drains at 10 MB/s: 10 kB a millisecond from an 8 MB queue the session no longer
+  // adds to.
+  std::uint64_t queued = 8'000'000;
+  for (int i = 0; i < 40; ++i) {
+    m.mark(t, 8'000'000, queued, false);
+    t += Duration(1);
+    queued -= 10'000;
+    m.measure(t, 8'000'000, queued);
+  }
+  EXPECT_NEAR(m.rate(), 10e6, 0.05 * 10e6);
 }
 
 TEST(DrainMeter, IgnoresIntervalsWhenNothingWasHeldBack) {
