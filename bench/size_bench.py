@@ -14,7 +14,8 @@ the bound 2 x parameter bytes + 200 MB; for c, the join / (state bytes / link ra
 event, written once the state is in hand); per round, the transfer time (the
 exchange or all-reduce, start to outcome: "transfer_s") / (the larger of the bytes sent and
 received per partner / link rate: every link is shaped on its own; a DiLoCo ring sends all to
-one member); the rounds averaged; the deadlines that fired (log lines of a request,
+one member); the rounds averaged (of those during which another node trained: a's first rounds,
+while b fetches its state, have nobody to average with and are listed apart); the deadlines that fired (log lines of a request,
 chunk or exchange deadline). Targets: peak <= 2x + 200 MB (never 3x), join <= 1.2 x bound + 10 s,
 transfer <= 1.15 x bound, every round averaged, no deadline fired. Ends with one line:
 
@@ -177,10 +178,28 @@ def one_mode(binary, a, mode, work):
     for name in ("a", "b", "a-trainer", "b-trainer"):
         finish(name)
     rss.stop()
+    return report(work, a.params, rate, launched["c"], rss.peak)
 
+
+def report(work, params, rate, c_launched, sampled_peak=lambda name: None):
+    """Reads the nodes' metrics and logs in `work`, prints the rows, returns the worst figures."""
     rows, worst = [], {"peak": 0.0, "join": 0.0, "transfer": 0.0}
     averaged = total = fired = 0
-    state_bytes = 8.0 * a.params
+    state_bytes = 8.0 * params
+    # When each node trained: from its "start" event (the state in hand) to its "stop".
+    spans = {}
+    for name in ("a", "b", "c"):
+        ev = events(os.path.join(work, name + ".jsonl"))
+        t0 = [e["time"] for e in ev if e.get("event") == "start"]
+        t1 = [e["time"] for e in ev if e.get("event") == "stop"]
+        spans[name] = (t0[0] if t0 else float("inf"), t1[-1] if t1 else float("inf"))
+
+    def alone(name, e):
+        # No other node trained during any of this round (it began wall_s before its event):
+        # nobody to average with (a's first rounds, while b fetches its state).
+        begun = e["time"] - e.get("wall_s", 0)
+        return not any(t0 < e["time"] and t1 > begun
+                       for other, (t0, t1) in spans.items() if other != name)
     for name in ("a", "b", "c"):
         ev = events(os.path.join(work, name + ".jsonl"))
         stop = [e for e in ev if e.get("event") == "stop"]
@@ -188,9 +207,16 @@ def one_mode(binary, a, mode, work):
             raise RuntimeError("node %s wrote no stop event" % name)
         peak = stop[-1]["peak_rss_bytes"] / stop[-1]["param_bytes"]
         bound_ok = stop[-1]["peak_rss_bytes"] <= 2 * stop[-1]["param_bytes"] + 200e6
-        rounds = [e for e in ev if e.get("event") == "round"]
+        every = [e for e in ev if e.get("event") == "round"]
+        rounds = [e for e in every if not alone(name, e)]
+        if len(rounds) < len(every):
+            rows.append("  %s: %d round(s) alone (no other node trained yet), not counted" %
+                        (name, len(every) - len(rounds)))
         averaged += sum(1 for e in rounds if not e.get("local_only"))
         total += len(rounds)
+        for e in rounds:
+            if e.get("local_only"):
+                rows.append("  %s: round %d local-only: %s" % (name, e["round"], e.get("note")))
         ratios = []
         for e in rounds:
             # Every link is shaped on its own (--emulate-link): the bound is the bytes to and
@@ -207,7 +233,7 @@ def one_mode(binary, a, mode, work):
             # once the swarm's state is in hand.
             start_ev = [e for e in ev if e.get("event") == "start"]
             if start_ev:
-                join_s = start_ev[0]["time"] - launched["c"]
+                join_s = start_ev[0]["time"] - c_launched
                 join = join_s / (state_bytes / rate)
                 rows.append("  c joined in %.1f s; bound %.1f s (+10 s allowed)" %
                             (join_s, state_bytes / rate))
@@ -221,7 +247,7 @@ def one_mode(binary, a, mode, work):
             worst["transfer"] = max(worst["transfer"], transfer)
         if join == join:
             worst["join"] = max(worst["join"], join)
-        p = rss.peak(name)
+        p = sampled_peak(name)
         if p:
             rows.append("  %s at its sampled peak: %.0f MB resident = %.0f anonymous + %.0f "
                         "file-backed + %.0f shared memory" % (name, p[0] / 1e6, p[1] / 1e6,

@@ -9,20 +9,6 @@
 
 namespace grove::gossip {
 
-namespace {
-// The L2 norm (in double: finite exactly when every value is), a fragment at a time.
-double norm(const optim::Floats& v) {
-  double sq = 0;
-  optim::by_fragments(v.size(),
-                      [&](std::size_t lo, std::size_t hi) {
-                        const double n = optim::l2_norm(v.data() + lo, hi - lo);
-                        sq += n * n;
-                      },
-                      {&v});
-  return std::sqrt(sq);
-}
-}  // namespace
-
 transport::Result<std::unique_ptr<GroupExchange>> GroupExchange::create(
     OpId op, NodeId self, std::vector<NodeId> group, std::vector<std::vector<float>> tensors,
     ExchangeOptions opts, Time now) {
@@ -48,26 +34,71 @@ GroupExchange::GroupExchange(OpId op, NodeId self, std::vector<NodeId> group,
     : op_(op), self_(self), own_(std::move(tensors)), opts_(std::move(opts)), started_(now) {
   for (const auto& id : group)  // (checked by create())
     if (id != self_) peers_.emplace(id, Incoming{});
-  // One pass per tensor before the first byte goes out: the norm (computed in double, so it is
-  // finite exactly when every value is) doubles as the finiteness check.
-  for (const auto& t : own_) own_norm_.push_back(norm(t));
+  // No pass over our tensors before the first byte (at the size of a model whose state is in
+  // the node's pages, a pass reads gigabytes from the disk, longer than a partner waits for
+  // us): each chunk is checked (finite) and adds to our norm as the first partner's stream
+  // encodes it.
+  own_sq_.assign(own_.size(), 0.0);
+  own_checked_.assign(own_.size(), 0);
   for (auto& [id, in] : peers_) {
     in.last_heard = now;
     in.last_sent = now;
   }
-  for (const double nrm : own_norm_)
-    if (!std::isfinite(nrm)) {
-      spdlog::warn("exchange: local tensor is not finite; local-only round");
-      for (auto& [id, in] : peers_) in.state = Incoming::failed, in.why = "local tensor not finite";
-      finished_ = true;
-      mean_ = std::move(own_);
-      return;
-    }
   for (auto& [id, in] : peers_) {
+    if (finished_) break;
     in.out.last_left = now;
     fill(id, in, now);
   }
   maybe_finish();
+}
+
+std::size_t GroupExchange::chunks_of(std::size_t tensor) const {
+  return (own_[tensor].size() + opts_.chunk_values - 1) / opts_.chunk_values;
+}
+
+bool GroupExchange::check_own(std::size_t tensor, std::size_t chunk) {
+  if (chunk < own_checked_[tensor]) return true;  // (another partner's stream got there first)
+  const auto& t = own_[tensor];
+  const std::size_t off = chunk * opts_.chunk_values;
+  const std::size_t len = std::min(opts_.chunk_values, t.size() - off);
+  // (In double: finite exactly when every value is.)
+  const double n = optim::l2_norm(t.data() + off, len);
+  if (!std::isfinite(n)) return false;
+  own_sq_[tensor] += n * n;
+  own_checked_[tensor] = chunk + 1;
+  return true;
+}
+
+std::optional<double> GroupExchange::own_norm(std::size_t tensor) {
+  // Usually every chunk is in by the time a partner's tensor is (ours went out as theirs came
+  // in); otherwise the rest is read now.
+  const std::size_t chunks = chunks_of(tensor);
+  while (own_checked_[tensor] < chunks) {
+    const std::size_t c = own_checked_[tensor];
+    const bool ok = check_own(tensor, c);
+    const std::size_t off = c * opts_.chunk_values;
+    own_[tensor].release(off, std::min(own_[tensor].size(), off + opts_.chunk_values));
+    if (!ok) return std::nullopt;
+  }
+  return std::sqrt(own_sq_[tensor]);
+}
+
+void GroupExchange::abort_local(Time now) {
+  spdlog::warn("exchange: local tensor is not finite; local-only round");
+  Header h;
+  h.kind = MsgKind::abort;
+  h.op = op_;
+  for (auto& [id, in] : peers_) {
+    // Partners have part of our tensor: tell them to drop it now rather than wait for us.
+    if (!in.out.done) send(id, encode_message(h, 0), now);
+    in.state = Incoming::failed;
+    in.why = "local tensor not finite";
+    in.staged.clear();
+    in.staged.shrink_to_fit();
+    stop_sending(in);
+  }
+  finished_ = true;
+  mean_ = std::move(own_);
 }
 
 void GroupExchange::fill(const NodeId& to, Incoming& in, Time now) {
@@ -84,10 +115,11 @@ void GroupExchange::fill(const NodeId& to, Incoming& in, Time now) {
     } else if (s.chunk < chunks) {
       const std::size_t off = s.chunk * opts_.chunk_values;
       const std::size_t len = std::min(opts_.chunk_values, n - off);
+      if (!check_own(s.tensor, s.chunk)) return abort_local(now);
       std::span<std::uint8_t> payload;
       Bytes b = encode_message(tensor_header(MsgKind::chunk, s.tensor, s.chunk, len),
                                encoded_size(opts_.codec, len), &payload);
-      // (Every value is finite: the norm said so.)
+      // (Every value is finite: check_own() said so.)
       encode_values(opts_.codec, std::span<const float>(tensor).subspan(off, len), payload);
       tensor.release(off, off + len);
       s.hasher->update(payload);
@@ -157,6 +189,7 @@ void GroupExchange::on_message(const NodeId& from, const Message& m, Time now) {
   Incoming& in = it->second;
   if (in.state != Incoming::receiving) return;
   in.last_heard = now;
+  in.heard = true;
   bytes_received_ += m.payload.size();
   switch (m.h.kind) {
     case MsgKind::heartbeat:
@@ -173,17 +206,20 @@ void GroupExchange::on_message(const NodeId& from, const Message& m, Time now) {
       in.chunks = m.h.chunk;
       in.digest = m.h.digest;
       in.hasher.emplace();
+      in.sq = 0;
       if (in.staged.empty()) in.staged.resize(own_.size());
       in.staged[in.tensor] = optim::Floats::zeros(n, opts_.alloc);
       return;
     }
     case MsgKind::chunk:
       return on_chunk(from, in, m);
+    case MsgKind::abort:
+      return drop(from, in, "it stopped the exchange (its tensor is not finite)");
     case MsgKind::tensor_end:
       if (!in.begun || m.h.index != in.tensor || in.next != in.chunks)
         return drop(from, in, "tensor_end out of order");
       in.digest = m.h.digest;
-      return check_complete(from, in);
+      return check_complete(from, in, now);
     default:
       return drop(from, in, std::string("unexpected ") + to_string(m.h.kind));
   }
@@ -203,17 +239,20 @@ void GroupExchange::on_chunk(const NodeId& from, Incoming& in, const Message& m)
   if (decode_values(opts_.codec, m.payload, std::span<float>(staged).subspan(off, len)) !=
       optim::CodecError::ok)
     return drop(from, in, "chunk undecodable or not finite");
+  const double nrm = optim::l2_norm(staged.data() + off, len);  // (while the chunk is hot)
+  in.sq += nrm * nrm;
   staged.release(off, off + len);
   in.hasher->update(m.payload);
   ++in.next;
 }
 
-void GroupExchange::check_complete(const NodeId& from, Incoming& in) {
+void GroupExchange::check_complete(const NodeId& from, Incoming& in, Time now) {
   if (in.hasher->final() != in.digest) return drop(from, in, "tensor digest mismatch");
-  const auto& got = in.staged[in.tensor];
-  const double mine =
-      opts_.bound_by_first ? std::max(own_norm_[in.tensor], own_norm_[0]) : own_norm_[in.tensor];
-  const double theirs = norm(got);
+  const auto norm_t = own_norm(in.tensor);
+  const auto norm_0 = opts_.bound_by_first ? own_norm(0) : norm_t;
+  if (!norm_t || !norm_0) return abort_local(now);
+  const double mine = std::max(*norm_t, *norm_0);
+  const double theirs = std::sqrt(in.sq);
   if (!(theirs <= opts_.max_norm_ratio * mine + 1e-6))
     return drop(from, in,
                 "tensor norm " + std::to_string(theirs) + " beyond the bound (ours " +
@@ -279,11 +318,13 @@ void GroupExchange::on_timer(Time now) {
   }
   for (auto& [id, in] : peers_) {
     if (finished_) return;
-    if (in.state == Incoming::receiving && now - in.last_heard >= opts_.chunk_timeout) {
-      drop(id, in, "silent past the chunk timeout");
+    if (in.state == Incoming::receiving && now - in.last_heard >= silence(in)) {
+      drop(id, in,
+           in.heard ? "silent past the chunk timeout"
+                    : "silent past the chunk timeout and the start grace");
       continue;
     }
-    if (!in.out.done && in.out.in_flight > 0 && now - in.out.last_left >= opts_.chunk_timeout) {
+    if (!in.out.done && in.out.in_flight > 0 && now - in.out.last_left >= silence(in)) {
       if (in.state == Incoming::receiving) {
         drop(id, in, "took none of our messages for the chunk timeout");
         continue;
@@ -311,11 +352,14 @@ std::optional<Time> GroupExchange::next_deadline() const {
   Time t = started_ + opts_.total_timeout;
   for (const auto& [id, in] : peers_) {
     t = std::min(t, in.last_sent + opts_.heartbeat);
-    if (in.state == Incoming::receiving) t = std::min(t, in.last_heard + opts_.chunk_timeout);
-    if (!in.out.done && in.out.in_flight > 0)
-      t = std::min(t, in.out.last_left + opts_.chunk_timeout);
+    if (in.state == Incoming::receiving) t = std::min(t, in.last_heard + silence(in));
+    if (!in.out.done && in.out.in_flight > 0) t = std::min(t, in.out.last_left + silence(in));
   }
   return t;
+}
+
+Time GroupExchange::silence(const Incoming& in) const {
+  return opts_.chunk_timeout + (in.heard ? Time(0) : opts_.start_grace);
 }
 
 std::vector<Outgoing> GroupExchange::take_outgoing() {

@@ -19,12 +19,15 @@
 //     gone to every partner still taking them; the result per tensor is the mean of ours and the
 //     completed partners' (ours alone: a local-only round).
 // Members need not agree on the outcome (NoLoCo tolerates a one-sided average); each member's
-// result only ever mixes whole, verified tensors. Every pass over a tensor (norm, encoding,
-// decoding, the mean) goes a chunk or a fragment at a time and releases what it touched, so
-// tensors in the node's pages (optim/floats.hpp) never become resident whole.
+// result only ever mixes whole, verified tensors. Every pass over a tensor (encoding, decoding,
+// the mean) goes a chunk or a fragment at a time and releases what it touched, so tensors in
+// the node's pages (optim/floats.hpp) never become resident whole; the norms and the finite
+// check ride on the encoding and decoding, so that the first byte leaves at once (a value of
+// ours that is not finite stops the exchange: an `abort` to the partners, a local-only round).
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 
 #include "gossip/allreduce.hpp"
@@ -37,6 +40,9 @@ struct ExchangeOptions {
   std::size_t chunk_values = std::size_t{1} << 18;  ///< multiple of 256
   Time heartbeat{1000};
   Time chunk_timeout{10000};
+  /// More time for a partner not heard from yet: it may still be making the tensors it sends
+  /// (the round engine gives twice the time its own took, plus a window).
+  Time start_grace{0};
   Time total_timeout{300000};
   double max_norm_ratio = 4.0;  ///< a received tensor's L2 norm must be <= this × ours (+ eps)
   /// The bound of every tensor takes the larger of our norm of it and of our first tensor: NoLoCo's
@@ -91,9 +97,11 @@ class GroupExchange final : public Protocol {
     std::size_t tensor = 0;  // the tensor being received
     std::size_t next = 0;    // its next chunk
     bool begun = false;      // tensor_begin seen for `tensor`
+    bool heard = false;      // a message of the partner came (its start grace is over)
     std::uint64_t chunks = 0;
     Digest digest{};
     std::optional<transport::Blake2b256> hasher;
+    double sq = 0;  // the squares of the current tensor's values so far (its norm at the end)
     std::vector<optim::Floats> staged;
     Time last_heard{0};
     Time last_sent{0};
@@ -110,8 +118,19 @@ class GroupExchange final : public Protocol {
   };
 
   void drop(const NodeId& peer, Incoming& in, std::string why);
+  /// How long the partner may stay silent (or take none of our messages): the chunk timeout,
+  /// plus the start grace until it is heard from.
+  Time silence(const Incoming& in) const;
+  std::size_t chunks_of(std::size_t tensor) const;
+  /// Checks chunk `chunk` of our tensor (finite) and adds it to our norm unless a stream to
+  /// another partner did; false: not finite.
+  bool check_own(std::size_t tensor, std::size_t chunk);
+  /// Our tensor's L2 norm, reading the chunks no stream has encoded yet; nullopt: not finite.
+  std::optional<double> own_norm(std::size_t tensor);
+  /// A value of ours is not finite: tells the partners, fails them all, finishes local-only.
+  void abort_local(Time now);
   void on_chunk(const NodeId& from, Incoming& in, const Message& m);
-  void check_complete(const NodeId& from, Incoming& in);
+  void check_complete(const NodeId& from, Incoming& in, Time now);
   void maybe_finish();
   /// Makes the next messages of our tensors for `to`, up to the window.
   void fill(const NodeId& to, Incoming& in, Time now);
@@ -124,7 +143,10 @@ class GroupExchange final : public Protocol {
   OpId op_;
   NodeId self_;
   std::vector<optim::Floats> own_;
-  std::vector<double> own_norm_;  // L2 norm of each of our tensors (the norm bound's reference)
+  // Our norms (the bound's reference), summed a chunk at a time as our tensors are encoded:
+  // the squares so far, and how many chunks of each tensor they cover (checked finite).
+  std::vector<double> own_sq_;
+  std::vector<std::size_t> own_checked_;
   ExchangeOptions opts_;
   Time started_;
   std::map<NodeId, Incoming> peers_;

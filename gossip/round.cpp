@@ -314,7 +314,14 @@ void RoundEngine::on_match(MatchResult m, Time now) {
     o.chunk_timeout = op_deadlines_.silence_for(
         exchange_wire_bytes(o.codec, o.chunk_values, m.group.size() - 1), o.chunk_timeout, bytes);
     o.total_timeout = op_deadline("exchange", m.group.size(), bytes, o.chunk_timeout);
-    start.make = [op, self, group = m.group, tensors, o](Time t) -> std::unique_ptr<Protocol> {
+    start.make = [op, self, group = m.group, tensors, o, formed = now,
+                  window = opts_.match.window](Time t) mutable -> std::unique_ptr<Protocol> {
+      // A partner makes the same tensors from a state of the same size, on a machine perhaps
+      // busier than ours (500M parameters in pages: the proposal and momentum took seconds to
+      // tens of seconds while the disk was busy), and starts when it has: from the group to our
+      // start took t - formed here; it is given twice that, plus a window, before its first
+      // byte is due.
+      o.start_grace = 2 * std::max(Time(0), t - formed) + window;
       auto core = GroupExchange::create(op, self, group, std::move(*tensors), o, t);
       if (!core) spdlog::warn("the round's exchange was not started: {}", core.text());
       return core ? std::move(*core) : nullptr;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <limits>
 #include <numeric>
 #include <random>
 
@@ -150,6 +151,35 @@ TEST(GroupExchange, HangingPartnerIsAbandonedWithinTheChunkTimeout) {
   }
 }
 
+// A partner still making its tensors (the proposal and momentum of a model in pages, on a busy
+// disk) starts after us: it is given the start grace on top of the chunk timeout before its
+// first byte is due, and the plain chunk timeout once it has been heard.
+TEST(GroupExchange, APartnerStartingLateIsGivenTheStartGrace) {
+  for (const bool grace : {false, true}) {
+    auto o = fp32_opts();  // chunk timeout 2 s
+    o.start_grace = grace ? 4000ms : 0ms;
+    Group g(11, 2, 2, 256 * 8, o);
+    g.net.attach(
+        g.ids[0],
+        GroupExchange::create(g.op, g.ids[0], g.ids, g.tensors[0], o, g.net.now()).value());
+    g.net.run_until(g.net.now() + 3000ms);  // member 1 takes 3 s to make its tensors
+    if (!grace) {
+      EXPECT_TRUE(g.at(0)->finished());
+      EXPECT_NE(g.at(0)->failures().begin()->second.find("silent"), std::string::npos);
+      continue;
+    }
+    ASSERT_FALSE(g.at(0)->finished());
+    g.net.attach(
+        g.ids[1],
+        GroupExchange::create(g.op, g.ids[1], g.ids, g.tensors[1], o, g.net.now()).value());
+    ASSERT_TRUE(g.net.run_until([&] { return g.all_finished(); }, 30s));
+    for (std::size_t i : {0u, 1u}) {
+      EXPECT_EQ(g.at(i)->completed().size(), 1u) << i;
+      EXPECT_EQ(g.at(i)->mean()[0], g.mean_of(i, {0, 1}, 0)) << i;
+    }
+  }
+}
+
 // Drives two exchanges by hand so a test can tamper with what travels.
 struct Manual {
   NodeId a{}, b{};
@@ -226,6 +256,45 @@ TEST(GroupExchange, TheBoundByTheFirstTensorLetsAFadedMomentumTakeItsPartners) {
   g.start();
   ASSERT_TRUE(g.net.run_until([&] { return g.all_finished(); }, 30s));
   EXPECT_TRUE(g.at(0)->completed().empty());
+}
+
+// The first bytes leave before any pass over our tensors (at a model's size, paged, a pass read
+// gigabytes from the disk while the partner waited: 500M parameters, both sides dropped each
+// other as silent after 10 s). A value that is not finite is found as its chunk is encoded: the
+// exchange stops there, the partner is told at once, and each side keeps its own tensors.
+TEST(GroupExchange, ANonFiniteValueStopsTheExchangeWhereTheStreamReachesIt) {
+  std::mt19937 rng(9);
+  auto o = fp32_opts();
+  o.window = 4;
+  auto mine = randn(rng, 256 * 20);
+  const auto theirs = randn(rng, 256 * 20);
+  mine[256 * 10 + 7] = std::numeric_limits<float>::quiet_NaN();  // chunk 10
+  Manual x(mine, theirs, o);
+  // Created: a window of messages (tensor_begin and chunks 0-2) is out, nothing is finished.
+  EXPECT_FALSE(x.ea->finished());
+  std::size_t chunks_sent = 0;
+  bool aborted = false;
+  for (int guard = 0; guard < 1000 && !(x.ea->finished() && x.eb->finished()); ++guard) {
+    for (auto [from, to, e, peer] : {std::tuple{x.a, x.b, x.ea.get(), x.eb.get()},
+                                     std::tuple{x.b, x.a, x.eb.get(), x.ea.get()}}) {
+      for (auto& m : e->take_outgoing()) {
+        auto msg = decode_message(m.data.span());
+        ASSERT_TRUE(msg);
+        if (from == x.a && msg->h.kind == MsgKind::chunk) ++chunks_sent;
+        if (from == x.a && msg->h.kind == MsgKind::abort) aborted = true;
+        if (!peer->finished()) peer->on_message(from, *msg, dht::Time(1));
+        if (!e->finished()) e->on_delivered(to, dht::Time(1));
+      }
+    }
+  }
+  ASSERT_TRUE(x.ea->finished() && x.eb->finished());
+  EXPECT_EQ(chunks_sent, 10u);  // chunks 0-9 went out; chunk 10 never did
+  EXPECT_TRUE(aborted);
+  EXPECT_TRUE(x.ea->completed().empty());
+  EXPECT_NE(x.ea->failures().begin()->second.find("not finite"), std::string::npos);
+  EXPECT_TRUE(x.eb->completed().empty());  // b dropped a on its abort, without a timeout
+  EXPECT_NE(x.eb->failures().begin()->second.find("stopped the exchange"), std::string::npos);
+  EXPECT_EQ(x.eb->mean()[0], theirs);
 }
 
 TEST(GroupExchange, OutOfOrderChunksAreRefused) {
