@@ -187,9 +187,9 @@ def report(work, params, rate, c_launched, sampled_peak=lambda name: None):
     averaged = total = fired = 0
     state_bytes = 8.0 * params
     # When each node trained: from its "start" event (the state in hand) to its "stop".
-    spans = {}
+    spans, evs = {}, {}
     for name in ("a", "b", "c"):
-        ev = events(os.path.join(work, name + ".jsonl"))
+        ev = evs[name] = events(os.path.join(work, name + ".jsonl"))
         t0 = [e["time"] for e in ev if e.get("event") == "start"]
         t1 = [e["time"] for e in ev if e.get("event") == "stop"]
         spans[name] = (t0[0] if t0 else float("inf"), t1[-1] if t1 else float("inf"))
@@ -201,7 +201,7 @@ def report(work, params, rate, c_launched, sampled_peak=lambda name: None):
         return not any(t0 < e["time"] and t1 > begun
                        for other, (t0, t1) in spans.items() if other != name)
     for name in ("a", "b", "c"):
-        ev = events(os.path.join(work, name + ".jsonl"))
+        ev = evs[name]
         stop = [e for e in ev if e.get("event") == "stop"]
         if not stop:
             raise RuntimeError("node %s wrote no stop event" % name)
