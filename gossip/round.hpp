@@ -298,11 +298,16 @@ class RoundEngine {
   std::optional<Time> next_deadline() const;
 
   std::vector<RoundReport> take_reports() { return std::exchange(reports_, {}); }
-  /// Snapshots no longer served, for the driver to drop off its strand (freeing a large state's
-  /// file takes a while); a driver that never takes them drops at most 8 at a time here.
-  std::vector<std::shared_ptr<const StateSnapshot>> take_retired() {
-    return std::exchange(retired_, {});
-  }
+  /// What the engine no longer needs and the driver should free off its strand (freeing a large
+  /// state's file, or a model-sized array's pages, takes a second or more): snapshots no longer
+  /// served and arrays replaced (θ, once a round's mean takes its place). A driver that never
+  /// takes them has them freed here past a few.
+  struct Retired {
+    std::vector<std::shared_ptr<const StateSnapshot>> snapshots;
+    std::vector<optim::Floats> arrays;
+    bool empty() const { return snapshots.empty() && arrays.empty(); }
+  };
+  Retired take_retired() { return std::exchange(retired_, {}); }
   /// DiLoCo group members whose published hash for a round differed from ours.
   std::uint64_t mismatches() const { return judge_.mismatches(); }
   /// Times our slow weights were found to be the odd ones out and replaced from the group's.
@@ -411,7 +416,11 @@ class RoundEngine {
   optim::Floats spare_;  // the last all-reduce's result buffer, for the next one
   OpDeadlines op_deadlines_;
   std::uint64_t state_gen_ = 0;
-  std::vector<std::shared_ptr<const StateSnapshot>> retired_;
+  Retired retired_;
+  /// Hands `a` to the driver to free (see take_retired).
+  void retire(optim::Floats a);
+  /// state_ = s, the arrays it held retired.
+  void replace_state(optim::OuterState s);
   /// The most ‖mean Δ‖ of the all-reduce among `ring` may be (StepWork::max_mean_norm): the
   /// mean of the norms its members declared (each at most the group's norm_clip), with `codec`'s
   /// rounding; NaN when not every member declared one or the group averaged φ.

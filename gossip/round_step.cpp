@@ -89,6 +89,18 @@ bool RoundEngine::snapshot_now() {
   return true;
 }
 
+void RoundEngine::retire(optim::Floats a) {
+  if (a.empty()) return;
+  if (retired_.arrays.size() < 8) retired_.arrays.push_back(std::move(a));
+}
+
+void RoundEngine::replace_state(optim::OuterState s) {
+  retire(std::move(state_.phi));
+  retire(std::move(state_.momentum));
+  retire(std::move(state_.error));
+  state_ = std::move(s);
+}
+
 std::shared_ptr<StepWork> RoundEngine::local_step(RoundReport& r) {
   r.local_only = true;
   return step_work(StepWork::Kind::local);
@@ -139,6 +151,7 @@ void RoundEngine::on_op_finished(std::unique_ptr<Protocol> p, Time now) {
       w->slice = slice_;
       w->mean = std::move(mean.at(0));
     } else {
+      retire(std::move(w->theta));  // θ itself, when the exchange carried a proposal
       w->theta = std::move(mean.at(0));
     }
     if (!opts_.noloco.one_tensor()) w->phi_mean = std::move(mean.at(1));
@@ -259,7 +272,7 @@ void RoundEngine::on_step_done(std::uint64_t seq, Time now) {
   const auto w = std::exchange(step_, nullptr);
   if (w->kind == StepWork::Kind::parse || w->kind == StepWork::Kind::replay) return synced(w, now);
   if (w->kind == StepWork::Kind::prepare) {
-    state_ = std::move(w->state);
+    replace_state(std::move(w->state));
     ++state_gen_;
     theta_ = std::move(w->theta);
     delta_norm_ = w->norm;
@@ -267,7 +280,7 @@ void RoundEngine::on_step_done(std::uint64_t seq, Time now) {
     return ready(now);
   }
   if (w->kind == StepWork::Kind::save) {
-    state_ = std::move(w->state);
+    replace_state(std::move(w->state));
     ++state_gen_;
     phase_ = Phase::idle;
     publish_state(std::move(w->blob));
@@ -275,7 +288,7 @@ void RoundEngine::on_step_done(std::uint64_t seq, Time now) {
     return;
   }
   RoundReport r = std::exchange(step_report_, {});
-  state_ = std::move(w->state);
+  replace_state(std::move(w->state));
   ++state_gen_;
   phi_hash_ = w->hash;
   if (w->kind == StepWork::Kind::diloco_ring) spare_ = std::move(w->ring);

@@ -60,7 +60,7 @@ void RoundEngine::on_snapshot(std::uint64_t seq, std::shared_ptr<const StateSnap
                               Time now) {
   const auto retire = [&](std::vector<std::shared_ptr<const StateSnapshot>> gone) {
     for (auto& g : gone)  // freed by the driver (a large file's blocks)
-      if (retired_.size() < 8) retired_.push_back(std::move(g));
+      if (retired_.snapshots.size() < 8) retired_.snapshots.push_back(std::move(g));
   };
   if (auto it = delta_jobs_.find(seq); it != delta_jobs_.end()) {
     auto d = it->second;
@@ -234,7 +234,7 @@ void RoundEngine::synced(const std::shared_ptr<StepWork>& w, Time now) {
   const bool replayed = w->kind == StepWork::Kind::replay;
   if (replayed && !w->error.empty()) {
     // Our state, as far as the replay took it: the whole state of the offer's round replaces it.
-    state_ = std::move(w->state);
+    replace_state(std::move(w->state));
     ++state_gen_;
     phi_hash_ = w->hash;
     full_sync_only_ = true;
@@ -252,7 +252,7 @@ void RoundEngine::synced(const std::shared_ptr<StepWork>& w, Time now) {
                  dht::short_hex(offer.donor), verdict.detail);
     if (distrust_.size() < 64) distrust_.insert(offer.donor);
     if (replayed) {
-      state_ = std::move(w->state);
+      replace_state(std::move(w->state));
       ++state_gen_;
       phi_hash_ = w->hash;
       full_sync_only_ = true;
@@ -263,7 +263,7 @@ void RoundEngine::synced(const std::shared_ptr<StepWork>& w, Time now) {
   }
   distrust_.clear();
   damaged_ = false;
-  state_ = std::move(w->state);
+  replace_state(std::move(w->state));
   ++state_gen_;
   has_state_ = true;
   ++syncs_;

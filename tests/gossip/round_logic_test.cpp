@@ -4,6 +4,7 @@
 // answers state requests from the donor's StateServer.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <map>
@@ -63,6 +64,7 @@ struct Member {
   std::map<OpId, std::unique_ptr<Protocol>> ops;
   std::map<OpId, std::vector<std::pair<NodeId, Bytes>>> early;  // for ops not started here yet
   std::vector<RoundReport> reports;
+  std::vector<std::size_t> retired;  // the sizes of the arrays the engine handed over to free
 };
 
 struct Logic {
@@ -147,6 +149,7 @@ struct Logic {
         it = x.ops.erase(it);
       }
       for (auto& r : x.engine.take_reports()) x.reports.push_back(std::move(r));
+      for (const auto& a : x.engine.take_retired().arrays) x.retired.push_back(a.size());
     }
   }
 
@@ -276,6 +279,20 @@ TEST(RoundLogic, TwoMembersPairAndAverageThroughTheStore) {
 
 TEST(RoundLogic, TwoMembersAllReduceToTheSameSlowWeights) {
   two_members_average(OuterMode::diloco);
+}
+
+// A NoLoCo pair exchanges its proposals: the mean takes θ's place, and θ (model-sized) goes to
+// the driver to free off its strand (at 500M freeing its pages held the DHT strand for 3.5 s).
+TEST(RoundLogic, TheThetaAMeanReplacesIsHandedToTheDriverToFree) {
+  auto o = options(OuterMode::noloco);
+  o.noloco.nesterov = true;  // grove-node's rule (the node's default)
+  Logic l(2, o);
+  ASSERT_TRUE(start_all(l));
+  for (std::size_t round = 0; round < 3; ++round) ASSERT_TRUE(round_of_all(l, {0.9f, 1.1f}));
+  for (auto& x : l.m) {
+    for (const auto& r : x->reports) ASSERT_FALSE(r.local_only) << r.note;
+    EXPECT_EQ(std::count(x->retired.begin(), x->retired.end(), kValues), 3);
+  }
 }
 
 // NoLoCo in groups of four (RoundOptions::noloco_group): each member averages with the three
