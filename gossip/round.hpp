@@ -300,12 +300,14 @@ class RoundEngine {
   std::vector<RoundReport> take_reports() { return std::exchange(reports_, {}); }
   /// What the engine no longer needs and the driver should free off its strand (freeing a large
   /// state's file, or a model-sized array's pages, takes a second or more): snapshots no longer
-  /// served and arrays replaced (θ, once a round's mean takes its place). A driver that never
-  /// takes them has them freed here past a few.
+  /// served, arrays replaced (θ, once a round's mean takes its place) and finished operations
+  /// (an all-reduce holds its input). A driver that never takes them has them freed here past a
+  /// few.
   struct Retired {
     std::vector<std::shared_ptr<const StateSnapshot>> snapshots;
     std::vector<optim::Floats> arrays;
-    bool empty() const { return snapshots.empty() && arrays.empty(); }
+    std::vector<std::unique_ptr<Protocol>> ops;
+    bool empty() const { return snapshots.empty() && arrays.empty() && ops.empty(); }
   };
   Retired take_retired() { return std::exchange(retired_, {}); }
   /// DiLoCo group members whose published hash for a round differed from ours.

@@ -107,6 +107,14 @@ std::shared_ptr<StepWork> RoundEngine::local_step(RoundReport& r) {
 }
 
 void RoundEngine::on_op_finished(std::unique_ptr<Protocol> p, Time now) {
+  // Whatever the outcome, the operation (and what it still holds) is freed by the driver.
+  struct Retire {
+    Retired& to;
+    std::unique_ptr<Protocol>& p;
+    ~Retire() {
+      if (p && to.ops.size() < 4) to.ops.push_back(std::move(p));
+    }
+  } retire_op{retired_, p};
   if (phase_ != Phase::running || (p && p->op() != *op_)) return;
   RoundReport r = std::exchange(matched_, {});  // round, mode, group and the match's figures
   op_.reset();

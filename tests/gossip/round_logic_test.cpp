@@ -65,6 +65,7 @@ struct Member {
   std::map<OpId, std::vector<std::pair<NodeId, Bytes>>> early;  // for ops not started here yet
   std::vector<RoundReport> reports;
   std::vector<std::size_t> retired;  // the sizes of the arrays the engine handed over to free
+  std::size_t retired_ops = 0;       // the finished operations it handed over
 };
 
 struct Logic {
@@ -149,7 +150,9 @@ struct Logic {
         it = x.ops.erase(it);
       }
       for (auto& r : x.engine.take_reports()) x.reports.push_back(std::move(r));
-      for (const auto& a : x.engine.take_retired().arrays) x.retired.push_back(a.size());
+      auto retired = x.engine.take_retired();
+      for (const auto& a : retired.arrays) x.retired.push_back(a.size());
+      x.retired_ops += retired.ops.size();
     }
   }
 
@@ -292,6 +295,19 @@ TEST(RoundLogic, TheThetaAMeanReplacesIsHandedToTheDriverToFree) {
   for (auto& x : l.m) {
     for (const auto& r : x->reports) ASSERT_FALSE(r.local_only) << r.note;
     EXPECT_EQ(std::count(x->retired.begin(), x->retired.end(), kValues), 3);
+    EXPECT_EQ(x->retired_ops, 3u);
+  }
+}
+
+// A DiLoCo member's finished all-reduce still holds its input (model-sized): the driver frees
+// it, off its strand.
+TEST(RoundLogic, AFinishedAllReduceIsHandedToTheDriverToFree) {
+  Logic l(2, OuterMode::diloco);
+  ASSERT_TRUE(start_all(l));
+  for (std::size_t round = 0; round < 3; ++round) ASSERT_TRUE(round_of_all(l, {0.9f, 1.1f}));
+  for (auto& x : l.m) {
+    for (const auto& r : x->reports) ASSERT_FALSE(r.local_only) << r.note;
+    EXPECT_EQ(x->retired_ops, 3u);
   }
 }
 
