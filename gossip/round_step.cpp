@@ -140,6 +140,15 @@ void RoundEngine::on_op_finished(std::unique_ptr<Protocol> p, Time now) {
       r.note += (r.note.empty() ? "" : "; ") + dht::short_hex(peer) + ": " + why;
     r.local_only = r.averaged_with.empty();
     auto mean = ex->take_mean();
+    // What the step does not take of it (our proposal and momentum, when nobody completed) is
+    // freed by the driver.
+    struct RetireRest {
+      RoundEngine& e;
+      std::vector<optim::Floats>& v;
+      ~RetireRest() {
+        for (auto& t : v) e.retire(std::move(t));
+      }
+    } retire_rest{*this, mean};
     if (r.local_only) {
       // Nobody completed: the step alone (θ as it is). θ went with the exchange unless the
       // exchange carried Δ or a fragment: the mean is then ours, θ itself.

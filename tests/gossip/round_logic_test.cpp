@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 
 #include "dht/membership.hpp"
 #include "gossip/progress.hpp"
@@ -76,6 +77,7 @@ struct Logic {
   /// Return true to fail a state request instead of answering it.
   std::function<bool(const StateDownload::Request&)> fail_state;
   std::size_t state_requests = 0, manifest_requests = 0;
+  std::set<std::size_t> mute;  ///< members whose operations are never started
 
   explicit Logic(std::size_t n, OuterMode mode = OuterMode::noloco) : Logic(n, options(mode)) {}
   Logic(std::size_t n, const RoundOptions& opts) {
@@ -96,6 +98,7 @@ struct Logic {
       x.members.on_timer(now);
       x.engine.on_timer(now);
       for (auto& op : x.engine.take_ops()) {
+        if (mute.contains(i)) continue;  // its operation never runs
         auto& p = x.ops[op.op] = op.make(now);
         for (auto& [from, bytes] : x.early[op.op])
           p->on_message(from, *decode_message(bytes.span()), now);
@@ -297,6 +300,24 @@ TEST(RoundLogic, TheThetaAMeanReplacesIsHandedToTheDriverToFree) {
     EXPECT_EQ(std::count(x->retired.begin(), x->retired.end(), kValues), 3);
     EXPECT_EQ(x->retired_ops, 3u);
   }
+}
+
+// An exchange nobody completed leaves our proposal and momentum unused: the driver frees them.
+TEST(RoundLogic, AnExchangeNobodyCompletedHandsItsTensorsToTheDriver) {
+  auto o = options(OuterMode::noloco);
+  o.noloco.nesterov = true;
+  Logic l(2, o);
+  ASSERT_TRUE(start_all(l));
+  ASSERT_TRUE(l.run_until([&] { return l.m[0]->engine.idle() && l.m[1]->engine.idle(); },
+                          milliseconds(20'000)));
+  l.mute.insert(1);  // member 1 forms the group but never sends a byte
+  l.submit(0, 0.9f);
+  l.submit(1, 1.1f);
+  ASSERT_TRUE(l.run_until([&] { return !l.m[0]->reports.empty(); }, milliseconds(60'000)));
+  EXPECT_TRUE(l.m[0]->reports.front().local_only);
+  const auto& got = l.m[0]->retired;
+  EXPECT_EQ(std::count(got.begin(), got.end(), kValues), 2) << "the proposal and the momentum";
+  EXPECT_EQ(l.m[0]->retired_ops, 1u);
 }
 
 // A DiLoCo member's finished all-reduce still holds its input (model-sized): the driver frees
