@@ -171,7 +171,8 @@ void RoundRuntime::after_event() {
       });
     });
   for (auto& req : engine_->take_state_requests()) {
-    const auto timeout = std::max(dht::Time(1), req.deadline - dht::DhtRuntime::wall_now());
+    const auto until = req.give_up > dht::Time(0) ? req.give_up : req.deadline;
+    const auto timeout = std::max(dht::Time(1), until - dht::DhtRuntime::wall_now());
     host_->request(
         transport::PeerRef::node(req.to, req.address), kStateMethod,
         transport::Bytes::copy_of(req.body), timeout,

@@ -325,11 +325,11 @@ void StateDownload::request(std::optional<std::uint32_t> index, std::size_t d, T
   r.to = o.donor;
   r.address = o.address;
   r.body = encode_state_request({o.root, index});
-  // The bytes in flight to this donor once this request is out (a manifest counts as small).
-  const std::uint64_t each = manifest_ ? manifest_->chunk_bytes : 64u << 10;
-  const double in_flight = static_cast<double>(each * (dn.in_flight + 1));
-  r.deadline = now + opts_.request_floor +
-               Time(std::llround(1000.0 * opts_.rate_margin * in_flight / rate(dn, now)));
+  // The bytes in flight to this donor once this request is out.
+  const Time given = allowance(dn, dn.in_flight + 1, now);
+  r.deadline = now + given;
+  // The transport waits out the deadlines a late donor may still be given (on_timer).
+  r.give_up = now + given * (index ? 1 + opts_.late_allowed : 1);
   ++dn.in_flight;
   pending_[r.id] = {index, r.deadline, d};
   out_.push_back(std::move(r));
@@ -426,6 +426,7 @@ void StateDownload::on_response(std::uint64_t id, std::span<const std::uint8_t> 
   have_[c] = true;
   ++fetched_;
   dn.bytes += len;
+  dn.late = 0;
   if (++verified_ == have_.size()) {
     status_ = OpStatus::done;
     pending_.clear();
@@ -445,18 +446,40 @@ void StateDownload::on_failure(std::uint64_t id, Time now, const std::string& wh
 }
 
 void StateDownload::on_timer(Time now) {
-  if (status_ != OpStatus::running) return;
-  for (const auto& [id, p] : pending_)
-    if (now >= p.deadline) {
-      const Donor dn = active_.count(p.donor) ? active_.at(p.donor) : Donor{};
-      const double r = rate(dn, now);
-      return drop(p.donor,
-                  (p.index ? "chunk " + std::to_string(*p.index) : std::string("the manifest")) +
-                      " not answered by its deadline (" + std::to_string(dn.in_flight) +
-                      " requests in flight at " + (dn.bytes ? "the measured " : "the assumed ") +
-                      std::to_string(static_cast<long long>(r / 1000)) + " kB/s)",
-                  now);
+  while (status_ == OpStatus::running) {
+    const auto late = std::find_if(pending_.begin(), pending_.end(),
+                                   [&](const auto& e) { return now >= e.second.deadline; });
+    if (late == pending_.end()) return;
+    const Pending p = late->second;
+    const auto a = active_.find(p.donor);
+    const Donor dn = a != active_.end() ? a->second : Donor{};
+    const std::string what =
+        p.index ? "chunk " + std::to_string(*p.index) : std::string("the manifest");
+    const std::string load = "(" + std::to_string(dn.in_flight) + " requests in flight at " +
+                             (dn.bytes ? "the measured " : "the assumed ") +
+                             std::to_string(static_cast<long long>(rate(dn, now) / 1000)) +
+                             " kB/s)";
+    if (a == active_.end() || !p.index || dn.bytes == 0 || dn.late >= opts_.late_allowed) {
+      drop(p.donor, what + " not answered by its deadline " + load, now);
+      continue;
     }
+    // A donor that has delivered: every request of its past the deadline gets another.
+    const Time more = allowance(dn, dn.in_flight, now);
+    for (auto& [id, q] : pending_)
+      if (q.donor == p.donor && now >= q.deadline) q.deadline = now + more;
+    ++a->second.late;
+    spdlog::info("state sync: donor {} is late with {} {}: waiting {:.1f} s more ({} of {})",
+                 dht::short_hex(offers_[p.donor].donor), what, load,
+                 static_cast<double>(more.count()) / 1000.0, a->second.late, opts_.late_allowed);
+  }
+}
+
+Time StateDownload::allowance(const Donor& dn, std::size_t requests, Time now) const {
+  // (A manifest counts as small.)
+  const std::uint64_t each = manifest_ ? manifest_->chunk_bytes : 64u << 10;
+  const double in_flight = static_cast<double>(each * requests);
+  return opts_.request_floor +
+         Time(std::llround(1000.0 * opts_.rate_margin * in_flight / rate(dn, now)));
 }
 
 double StateDownload::measured_rate(const Donor& d, Time now) const {

@@ -173,6 +173,11 @@ struct StateSyncOptions {
   Time request_floor{10'000};
   double min_rate = 256.0 * 1024;  ///< bytes per second (about 2 Mbit/s)
   double rate_margin = 2.0;
+  /// A donor that has delivered chunks and then misses a deadline is given a new deadline (the
+  /// same formula) this many times in a row before it is dropped: a stall of either machine (20 s
+  /// while three 500M nodes shared one) should not end a download 97% done. A chunk it delivers
+  /// starts the count again; a failed request (its session gone) drops it at once.
+  unsigned late_allowed = 2;
   std::uint64_t max_size = std::uint64_t{64} << 30;
   std::uint32_t max_chunk_bytes = 16u << 20;
   std::size_t max_chunks = 1u << 20;
@@ -206,6 +211,9 @@ class StateDownload {
     std::string address;
     std::vector<std::uint8_t> body;
     Time deadline{0};
+    /// When the transport gives up on it (0: at `deadline`): a chunk's answer is still taken
+    /// while a late donor is given more time.
+    Time give_up{0};
   };
   /// `resume`: chunks verified by an earlier download, used when a donor offers their root.
   StateDownload(std::string run_id, std::vector<StateOffer> offers, StateSyncOptions opts, Time now,
@@ -250,8 +258,12 @@ class StateDownload {
     Time since{0};
     std::uint64_t bytes = 0;
     std::size_t in_flight = 0;
+    unsigned late = 0;  ///< deadlines missed in a row
   };
   void start_donor(Time now);
+  /// The time `requests` requests of this donor's are given: request_floor plus their bytes at
+  /// its rate, times rate_margin.
+  Time allowance(const Donor& dn, std::size_t requests, Time now) const;
   /// After the manifest: every other offer of its root serves chunks too.
   void add_helpers(Time now);
   /// Drops donor `d` (offers_ index): its requests go back to the pool; when no donor is left,

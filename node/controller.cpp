@@ -80,6 +80,7 @@ void Controller::begin(StartKind kind, bool peers, Time now) {
 
 void Controller::join_attempt(Time now) {
   ++attempt_;
+  progressed_ = false;
   join_deadline_ = now + opts_.join_wait;
   Action a{Kind::join};
   a.attempt = attempt_;
@@ -89,7 +90,14 @@ void Controller::join_attempt(Time now) {
 void Controller::join_failed(const std::string& why, Time now) {
   spdlog::warn("state sync failed: {}", why);
   if (stopping_) return exit(1, "stopped before the swarm's state arrived");
-  if (attempt_ < attempts_) return join_attempt(now);
+  // An attempt that verified more of the state does not count: the next one goes on with it
+  // (or with a newer state), however many it takes.
+  fruitless_ = progressed_ ? 0 : fruitless_ + 1;
+  if (fruitless_ < attempts_) {
+    if (progressed_)
+      spdlog::info("state sync: attempt {} got part of the state; trying again", attempt_);
+    return join_attempt(now);
+  }
   join_deadline_ = Time::max();
   if (resume_) {  // nobody offers a newer state: go on from the checkpoint
     spdlog::info("no member offers the swarm's state: training on from our checkpoint");
@@ -188,7 +196,10 @@ void Controller::on_report(const Report& r, Time now) {
   if (phase_ == Phase::joining) {
     if (r.kind == Report::Kind::synced) return start_training(Action::Source::swarm, now);
     if (r.kind == Report::Kind::sync_failed) return join_failed(r.note, now);
-    if (r.kind == Report::Kind::sync_progress) join_deadline_ = now + opts_.join_wait;
+    if (r.kind == Report::Kind::sync_progress) {
+      join_deadline_ = now + opts_.join_wait;
+      progressed_ = true;
+    }
     return;
   }
   if (r.kind == Report::Kind::sync_progress) return;  // a catch-up under way: nothing to decide

@@ -35,8 +35,9 @@ struct ControllerOptions {
   /// The next inner phase starts while the round runs; its θ is mixed with the round's φ.
   bool overlap = false;
   float mix_alpha = 0.5f;  ///< overlap: θ = α·θ + (1−α)·φ
-  /// State syncs a joiner tries before it gives up (a resumed node tries one, then goes on from
-  /// its checkpoint).
+  /// State syncs in a row that verify nothing a joiner tries before it gives up (a resumed node
+  /// tries one, then goes on from its checkpoint). An attempt that got part of the state before
+  /// it failed does not count.
   int join_attempts = 3;
   /// A sync attempt that neither ends nor verifies more of the state for this long has failed
   /// (its own requests have deadlines from their sizes; this is the backstop). A download that
@@ -164,6 +165,8 @@ class Controller {
   // start
   bool resume_ = false;
   int attempt_ = 0, attempts_ = 0;
+  int fruitless_ = 0;        ///< join attempts in a row that verified nothing
+  bool progressed_ = false;  ///< this attempt has verified part of the state
   Time join_deadline_{Time::max()};
   // training
   bool training_ = false;   // a `train` action went out, its on_inner_done not yet

@@ -233,6 +233,9 @@ TEST(StateSync, ARequestsDeadlineScalesWithItsBytesAndTheMeasuredRate) {
   // 1 and then 2 MiB in flight at 1 MiB/s, twice: 2 s and 4 s past the floor.
   EXPECT_EQ(reqs[0].deadline, dht::Time(100 + 1000 + 2000));
   EXPECT_EQ(reqs[1].deadline, dht::Time(100 + 1000 + 4000));
+  // The transport is told to wait for the answer through the two more deadlines a late donor
+  // may be given.
+  EXPECT_EQ(reqs[1].give_up, dht::Time(100 + 3 * (1000 + 4000)));
   // With chunks of 4 MiB the same requests get four times the time (the size, not a constant).
   auto big = std::make_shared<StateSnapshot>("run-s", 2, blob, 4u << 20);
   StateServer srv4;
@@ -254,12 +257,56 @@ TEST(StateSync, ARequestsDeadlineScalesWithItsBytesAndTheMeasuredRate) {
   reqs = d.take_requests();
   ASSERT_EQ(reqs.size(), 2u);
   EXPECT_EQ(reqs[1].deadline, dht::Time(200 + 1000 + 400));
-  // It stops answering: the deadline passes and the failure says which request and why.
-  d.on_timer(reqs[0].deadline);
+  // It stops answering. It has delivered, so a missed deadline gives its late requests another
+  // (from its rate measured so far, which falls while nothing comes), twice; the third drops it,
+  // and the failure says which request and why.
+  dht::Time t = reqs[0].deadline;
+  for (int late = 1; late <= 2; ++late) {
+    d.on_timer(t);
+    ASSERT_EQ(d.status(), OpStatus::running) << "missed deadline " << late;
+    ASSERT_GT(d.next_deadline(), t + dht::Time(1000));
+    t = *d.next_deadline();
+  }
+  d.on_timer(t - dht::Time(1));
+  EXPECT_EQ(d.status(), OpStatus::running);
+  d.on_timer(t);
   EXPECT_EQ(d.status(), OpStatus::failed);
   EXPECT_NE(d.failure().find("not answered by its deadline (2 requests in flight at the measured"),
             std::string::npos)
       << d.failure();
+}
+
+// A donor late once (a stall of its machine or ours) that then delivers again starts its count of
+// missed deadlines afresh: the download finishes from it.
+TEST(StateSync, ALateDonorThatDeliversAgainIsKept) {
+  auto snap = std::make_shared<StateSnapshot>("run-s", 2, random_blob(8u << 20, 7), 1u << 20);
+  StateServer srv;
+  srv.add(snap);
+  StateSyncOptions o;
+  o.parallel = 1;
+  o.request_floor = dht::Time(1000);
+  o.min_rate = 1 << 20;
+  StateDownload d("run-s", {offer_of(*snap, 0)}, o, dht::Time(0));
+  dht::Time now(0);
+  const auto answer = [&](dht::Time at) {
+    auto rs = d.take_requests();
+    ASSERT_EQ(rs.size(), 1u);
+    d.on_response(rs[0].id, *srv.answer(rs[0].body), at);
+  };
+  ASSERT_NO_FATAL_FAILURE(answer(now));                    // the manifest
+  ASSERT_NO_FATAL_FAILURE(answer(now += dht::Time(100)));  // chunk 0: the donor has delivered
+  // Every other chunk comes only after two missed deadlines: never three in a row.
+  for (int c = 1; c < 8; ++c) {
+    auto rs = d.take_requests();
+    ASSERT_EQ(rs.size(), 1u);
+    for (int late = 0; late < 2; ++late) {
+      now = *d.next_deadline();
+      d.on_timer(now);
+      ASSERT_EQ(d.status(), OpStatus::running) << "chunk " << c << ", missed deadline " << late;
+    }
+    d.on_response(rs[0].id, *srv.answer(rs[0].body), now += dht::Time(10));
+  }
+  EXPECT_EQ(d.status(), OpStatus::done) << d.failure();
 }
 
 // A download that failed hands its verified chunks to the next one (a join's next attempt),

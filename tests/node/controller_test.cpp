@@ -169,6 +169,36 @@ TEST(Controller, AJoinThatProgressesIsNotCutOff) {
   EXPECT_EQ(a[0].attempt, 2);
 }
 
+// Attempts that got part of the state before they failed (a donor gone, a snapshot replaced,
+// a machine that stalled) do not count: a joiner gives up only after join_attempts in a row
+// that verified nothing.
+TEST(Controller, OnlyJoinAttemptsThatGotNothingCount) {
+  ControllerOptions o;
+  o.join_attempts = 3;
+  Controller c(o);
+  c.begin(StartKind::join, true, ms(0));
+  std::int64_t t = 0;
+  for (int attempt = 1; attempt <= 5; ++attempt) {
+    auto a = c.take_actions();
+    ASSERT_EQ(a.size(), 1u);
+    ASSERT_EQ(a[0].kind, K::join);
+    EXPECT_EQ(a[0].attempt, attempt);
+    c.on_report(report(Report::Kind::sync_progress), ms(t += 1000));
+    c.on_report(report(Report::Kind::sync_failed), ms(t += 1000));
+  }
+  for (int attempt = 6; attempt <= 8; ++attempt) {  // three that get nothing
+    auto a = c.take_actions();
+    ASSERT_EQ(a.size(), 1u);
+    ASSERT_EQ(a[0].kind, K::join) << "attempt " << attempt;
+    EXPECT_EQ(a[0].attempt, attempt);
+    c.on_report(report(Report::Kind::sync_failed), ms(t += 1000));
+  }
+  const auto a = c.take_actions();
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0].kind, K::exit);
+  EXPECT_EQ(a[0].code, 1);
+}
+
 // A round that takes an hour (a large model over a slow link) is waited for: the node neither
 // leaves nor sets a deadline on it; its operations end it.
 TEST(Controller, ALongRoundIsNeverAReasonToLeave) {
