@@ -425,11 +425,15 @@ def summarise(name, swarm):
     rounds = [e for nd in swarm for e in nd.events("round")]
     starts = [e["time"] for nd in swarm for e in nd.events("start")]
     # The slow weights each node ended with (DiLoCo: one value when the swarm stayed together).
-    last_hash = set()
+    # φ's hash at the last round every node ended (nodes stopped one round apart hold different
+    # rounds' φ, which says nothing about a split).
+    by_round = []
     for nd in swarm:
         rs = [e for e in nd.events() if e["event"] in ("round", "synced")]
         if rs:
-            last_hash.add(rs[-1]["param_hash"])
+            by_round.append({e["round"]: e["param_hash"] for e in rs})
+    common = min((max(h) for h in by_round), default=None)
+    last_hash = {h.get(common, h[max(h)]) for h in by_round}
     # What each node's averaging sent a round (state syncs left out), and the model's size.
     per_round = [e.get("round_bytes_sent", 0) for e in rounds if e.get("partners")]
     params = next((e.get("params") for nd in swarm for e in nd.events("start")), None)
@@ -642,7 +646,7 @@ def run_seed(a, configs):
     for c, s in summ.items():
         if c.startswith(("diloco", "sparseloco")) and s["phis"] > 1:
             print(f"note: the {labels[c]} nodes ended with {s['phis']} different slow weights "
-                  "(param_hash of their last round): the swarm split or diverged")
+                  "(param_hash at the last round all ended): the swarm split or diverged")
     line = noloco_report(a, {c: s["final_mean"] for c, s in summ.items()}, n)
     ref = summ.get(a.reference)
     if ref is None:
