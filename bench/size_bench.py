@@ -163,6 +163,8 @@ def one_mode(binary, a, mode, work):
              procs)
     start("c", peer + ["--max-steps", str(steps)])
 
+    exited = {}  # nodes that exited with an error: reported, not fatal to the bench
+
     def finish(name):
         left = max(1.0, a.timeout - (time.monotonic() - started["a"]))
         try:
@@ -170,7 +172,7 @@ def one_mode(binary, a, mode, work):
         except subprocess.TimeoutExpired:
             raise RuntimeError("%s did not finish within %d s" % (name, a.timeout))
         if rc != 0:
-            raise RuntimeError("%s exited with %s" % (name, rc))
+            exited[name] = rc
     finish("c")
     finish("c-trainer")
     for name in ("a", "b"):
@@ -178,10 +180,10 @@ def one_mode(binary, a, mode, work):
     for name in ("a", "b", "a-trainer", "b-trainer"):
         finish(name)
     rss.stop()
-    return report(work, a.params, rate, launched["c"], rss.peak)
+    return report(work, a.params, rate, launched["c"], rss.peak, exited)
 
 
-def report(work, params, rate, c_launched, sampled_peak=lambda name: None):
+def report(work, params, rate, c_launched, sampled_peak=lambda name: None, exited=None):
     """Reads the nodes' metrics and logs in `work`, prints the rows, returns the worst figures."""
     rows, worst = [], {"peak": 0.0, "join": 0.0, "transfer": 0.0}
     averaged = total = fired = 0
@@ -203,10 +205,18 @@ def report(work, params, rate, c_launched, sampled_peak=lambda name: None):
     for name in ("a", "b", "c"):
         ev = evs[name]
         stop = [e for e in ev if e.get("event") == "stop"]
-        if not stop:
-            raise RuntimeError("node %s wrote no stop event" % name)
-        peak = stop[-1]["peak_rss_bytes"] / stop[-1]["param_bytes"]
-        bound_ok = stop[-1]["peak_rss_bytes"] <= 2 * stop[-1]["param_bytes"] + 200e6
+        if (exited or {}).get(name):
+            with open(os.path.join(work, name + ".log")) as f:
+                last = [l.strip() for l in f if "[error]" in l or "[warning]" in l]
+            rows.append("  %s exited with %d%s" % (name, exited[name],
+                                                   ": " + last[-1][:160] if last else ""))
+        if stop:
+            peak_bytes = stop[-1]["peak_rss_bytes"]
+        else:  # (exited before training: its sampled peak, if any)
+            p = sampled_peak(name)
+            peak_bytes = p[0] if p else float("nan")
+        peak = peak_bytes / (4.0 * params)
+        bound_ok = peak_bytes <= 2 * 4.0 * params + 200e6
         every = [e for e in ev if e.get("event") == "round"]
         rounds = [e for e in every if not alone(name, e)]
         if len(rounds) < len(every):
@@ -224,7 +234,7 @@ def report(work, params, rate, c_launched, sampled_peak=lambda name: None):
             # (its successor) and receives them from one (its predecessor).
             partners = 1 if e.get("mode") == "diloco" else max(1, len(e.get("partners") or []))
             wire = max(e.get("round_bytes_sent", 0), e.get("round_bytes_received", 0)) / partners
-            if wire > 0 and e.get("transfer_s"):
+            if wire > 0 and e.get("transfer_s") and not e.get("local_only"):
                 ratios.append(e["transfer_s"] / (wire / rate))
         transfer = max(ratios) if ratios else float("nan")
         join = float("nan")
@@ -237,12 +247,16 @@ def report(work, params, rate, c_launched, sampled_peak=lambda name: None):
                 join = join_s / (state_bytes / rate)
                 rows.append("  c joined in %.1f s; bound %.1f s (+10 s allowed)" %
                             (join_s, state_bytes / rate))
+            else:
+                join = float("inf")
+                rows.append("  c never joined")
         with open(os.path.join(work, name + ".log")) as f:
             hits = [l.strip() for l in f if DEADLINE.search(l)]
         fired += len(hits)
         for h in hits[:3]:
             rows.append("  %s: %s" % (name, h[:160]))
-        worst["peak"] = max(worst["peak"], peak)
+        if peak == peak:
+            worst["peak"] = max(worst["peak"], peak)
         if ratios:
             worst["transfer"] = max(worst["transfer"], transfer)
         if join == join:
@@ -254,7 +268,8 @@ def report(work, params, rate, c_launched, sampled_peak=lambda name: None):
                                                                p[2] / 1e6, p[3] / 1e6))
         print("  %s  peak RSS %.2f x params (%s 2x + 200 MB)  rounds %d, averaged %d  transfer "
               "%.2f x bound (worst)%s" % (
-                  name, peak, "within" if bound_ok else "OVER", len(rounds),
+                  name, peak, "unknown against" if peak != peak else "within" if bound_ok
+                  else "OVER", len(rounds),
                   sum(1 for e in rounds if not e.get("local_only")), transfer,
                   "  join %.2f x bound" % join if join == join else ""))
     for r in rows:
