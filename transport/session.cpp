@@ -572,6 +572,8 @@ void Session::arm_tick() {
   Duration period = std::min({opts_.keepalive, opts_.stream_timeout / 4, opts_.dead_after / 4});
   if (retiring_) period = std::min(period, retire_grace_ / 2);
   period = std::max(period, Duration(10));
+  tick_period_ = period;
+  tick_due_ = Clock::now() + period;
   tick_timer_.expires_after(period);
   tick_timer_.async_wait([w = weak_from_this()](boost::system::error_code ec) {
     auto self = w.lock();
@@ -583,6 +585,17 @@ void Session::arm_tick() {
 
 void Session::tick() {
   const auto now = Clock::now();
+  // A tick that comes far later than it was due means this process did not run (a stall of the
+  // machine: 20 s while three 500M nodes shared one): what the peer sent meanwhile waits unread
+  // in the socket. That time is not the peer's silence, nor its streams' lack of progress.
+  if (const auto late = now - tick_due_; late > 2 * tick_period_) {
+    const auto slept = std::chrono::duration_cast<Duration>(late);
+    spdlog::debug("transport: session with {} was not served for {} ms; its timers are moved on",
+                  short_id(peer().id), slept.count());
+    last_rx_ = std::min(now, last_rx_ + slept);
+    for (auto& [id, s] : out_) s.progress = std::min(now, s.progress + slept);
+    for (auto& [id, s] : in_) s.progress = std::min(now, s.progress + slept);
+  }
   if (now - last_rx_ > opts_.dead_after) {
     spdlog::info("transport: peer {} ({}) silent for {} ms; closing", short_id(peer().id),
                  peer().address, opts_.dead_after.count());

@@ -306,6 +306,8 @@ class Session final : public LinkHandler, public std::enable_shared_from_this<Se
   std::map<std::uint64_t, InStream> in_;
 
   Clock::time_point last_rx_, last_activity_;
+  Clock::time_point tick_due_;  ///< when the next tick() is due (a late one: we were stalled)
+  Duration tick_period_{0};
   bool goodbye_received_ = false;
   bool closing_ = false;
   bool closed_ = false;

@@ -7,6 +7,7 @@
 #include <sodium.h>
 
 #include <deque>
+#include <thread>
 
 #include <boost/asio/steady_timer.hpp>
 
@@ -410,6 +411,32 @@ TEST_P(SessionTest, SilentPeerDetectedAndIdleSessionClosed) {
   auto r = call(a, PeerRef::node(b->id()), "echo", "y", 30s);
   EXPECT_TRUE(r.error() == errc::timed_out) << r.error().message();
   EXPECT_LT(Clock::now() - t0, 5s);
+}
+
+// Our own process not running for longer than dead_after (a stall of the machine, or a handler
+// that held the host strand) is not the peer's silence: what it sent meanwhile waits in the
+// socket, and the session stays up.
+TEST_P(SessionTest, AStallOfOursIsNotThePeersSilence) {
+  HostOptions oa;
+  oa.session.keepalive = Duration(100);
+  oa.session.dead_after = Duration(500);
+  auto a = make(oa), b = make();  // (b is patient: a stalled peer is not its question here)
+  std::optional<Responder> held;
+  b->handle("hold", [&](const PeerInfo&, Payload, Responder r) { held.emplace(std::move(r)); });
+  world_.start(a);
+  world_.start(b);
+  std::promise<std::error_code> p;
+  auto f = p.get_future();
+  a->request(PeerRef::at(b->address()), "hold", Bytes(), 60s,
+             [&](Result<Payload> r) { p.set_value(r.error()); });
+  ASSERT_TRUE(eventually(b->executor(), [&] { return held.has_value(); }));
+  run_on(a->executor(), [] { std::this_thread::sleep_for(1500ms); });  // a stalls: 3 x dead_after
+  run_on(b->executor(), [&] {
+    held->reply(as_bytes("ok"));
+    held.reset();
+  });
+  EXPECT_EQ(await(f, 5s), std::error_code());
+  EXPECT_EQ(run_on(a->executor(), [&] { return a->stats().sessions; }), 1u);
 }
 
 TEST_P(SessionTest, IncomingRequestLimit) {
