@@ -29,6 +29,17 @@ class SessionTest : public ::testing::TestWithParam<Kind> {
     auto h = world_.host(std::move(o));
     return h;
   }
+  // Starts a and b; a's request "hold" reaches b, which keeps its responder in `held`; `done`
+  // gets the request's outcome.
+  void hold_a_request(const std::shared_ptr<Host>& a, const std::shared_ptr<Host>& b,
+                      std::optional<Responder>& held, std::promise<std::error_code>& done) {
+    b->handle("hold", [&](const PeerInfo&, Payload, Responder r) { held.emplace(std::move(r)); });
+    world_.start(a);
+    world_.start(b);
+    a->request(PeerRef::at(b->address()), "hold", Bytes(), 60s,
+               [&](Result<Payload> r) { done.set_value(r.error()); });
+    ASSERT_TRUE(eventually(b->executor(), [&] { return held.has_value(); }));
+  }
   World world_;
 };
 
@@ -366,14 +377,9 @@ TEST_P(SessionTest, DisconnectFailsPendingRequestPromptly) {
   oa.faults = plan;
   auto a = make(oa), b = make();
   std::optional<Responder> held;
-  b->handle("hold", [&](const PeerInfo&, Payload, Responder r) { held.emplace(std::move(r)); });
-  world_.start(a);
-  world_.start(b);
   std::promise<std::error_code> p;
   auto f = p.get_future();
-  a->request(PeerRef::at(b->address()), "hold", Bytes(), 60s,
-             [&](Result<Payload> r) { p.set_value(r.error()); });
-  ASSERT_TRUE(eventually(b->executor(), [&] { return held.has_value(); }));
+  ASSERT_NO_FATAL_FAILURE(hold_a_request(a, b, held, p));
   run_on(a->executor(), [&] { plan->disconnect(b->id()); });
   auto ec = await(f, 5s);
   ASSERT_TRUE(ec);
@@ -422,14 +428,9 @@ TEST_P(SessionTest, AStallOfOursIsNotThePeersSilence) {
   oa.session.dead_after = Duration(500);
   auto a = make(oa), b = make();  // (b is patient: a stalled peer is not its question here)
   std::optional<Responder> held;
-  b->handle("hold", [&](const PeerInfo&, Payload, Responder r) { held.emplace(std::move(r)); });
-  world_.start(a);
-  world_.start(b);
   std::promise<std::error_code> p;
   auto f = p.get_future();
-  a->request(PeerRef::at(b->address()), "hold", Bytes(), 60s,
-             [&](Result<Payload> r) { p.set_value(r.error()); });
-  ASSERT_TRUE(eventually(b->executor(), [&] { return held.has_value(); }));
+  ASSERT_NO_FATAL_FAILURE(hold_a_request(a, b, held, p));
   run_on(a->executor(), [] { std::this_thread::sleep_for(1500ms); });  // a stalls: 3 x dead_after
   run_on(b->executor(), [&] {
     held->reply(as_bytes("ok"));
