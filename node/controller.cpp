@@ -198,7 +198,12 @@ void Controller::on_report(const Report& r, Time now) {
     if (r.kind == Report::Kind::sync_failed) return join_failed(r.note, now);
     if (r.kind == Report::Kind::sync_progress) {
       join_deadline_ = now + opts_.join_wait;
-      progressed_ = true;
+      // More of a state than any attempt has held (an attempt that resumes a partial download
+      // reports its chunks at once: no progress of its own).
+      if (r.sync_bytes > most_synced_) {
+        most_synced_ = r.sync_bytes;
+        progressed_ = true;
+      }
     }
     return;
   }

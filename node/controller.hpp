@@ -165,8 +165,9 @@ class Controller {
   // start
   bool resume_ = false;
   int attempt_ = 0, attempts_ = 0;
-  int fruitless_ = 0;        ///< join attempts in a row that verified nothing
-  bool progressed_ = false;  ///< this attempt has verified part of the state
+  int fruitless_ = 0;              ///< join attempts in a row that verified nothing
+  bool progressed_ = false;        ///< this attempt has held more of a state than any before it
+  std::uint64_t most_synced_ = 0;  ///< the most bytes of a state any attempt has held
   Time join_deadline_{Time::max()};
   // training
   bool training_ = false;   // a `train` action went out, its on_inner_done not yet

@@ -169,28 +169,35 @@ TEST(Controller, AJoinThatProgressesIsNotCutOff) {
   EXPECT_EQ(a[0].attempt, 2);
 }
 
-// Attempts that got part of the state before they failed (a donor gone, a snapshot replaced,
-// a machine that stalled) do not count: a joiner gives up only after join_attempts in a row
-// that verified nothing.
+// Attempts that got more of the state than any before them (a donor gone, a snapshot replaced,
+// a machine that stalled) do not count: a joiner gives up only after join_attempts in a row that
+// got nothing new. An attempt that resumes a partial download reports its chunks at once; that
+// is not progress of its own.
 TEST(Controller, OnlyJoinAttemptsThatGotNothingCount) {
   ControllerOptions o;
   o.join_attempts = 3;
   Controller c(o);
   c.begin(StartKind::join, true, ms(0));
   std::int64_t t = 0;
+  const auto progress = [&](std::uint64_t bytes) {
+    auto r = report(Report::Kind::sync_progress);
+    r.sync_bytes = bytes;
+    c.on_report(r, ms(t += 1000));
+  };
   for (int attempt = 1; attempt <= 5; ++attempt) {
     auto a = c.take_actions();
     ASSERT_EQ(a.size(), 1u);
     ASSERT_EQ(a[0].kind, K::join);
     EXPECT_EQ(a[0].attempt, attempt);
-    c.on_report(report(Report::Kind::sync_progress), ms(t += 1000));
+    progress(1000 * attempt);
     c.on_report(report(Report::Kind::sync_failed), ms(t += 1000));
   }
-  for (int attempt = 6; attempt <= 8; ++attempt) {  // three that get nothing
+  for (int attempt = 6; attempt <= 8; ++attempt) {  // three that get nothing new
     auto a = c.take_actions();
     ASSERT_EQ(a.size(), 1u);
     ASSERT_EQ(a[0].kind, K::join) << "attempt " << attempt;
     EXPECT_EQ(a[0].attempt, attempt);
+    progress(5000);  // the partial of attempt 5, resumed
     c.on_report(report(Report::Kind::sync_failed), ms(t += 1000));
   }
   const auto a = c.take_actions();
