@@ -463,10 +463,11 @@ void StateDownload::on_timer(Time now) {
       drop(p.donor, what + " not answered by its deadline " + load, now);
       continue;
     }
-    // A donor that has delivered: every request of its past the deadline gets another.
+    // A donor that has delivered: every request of its in flight waits for a new deadline (the
+    // stall that delayed one delays them all: each must not spend a missed deadline of its own).
     const Time more = allowance(dn, dn.in_flight, now);
     for (auto& [id, q] : pending_)
-      if (q.donor == p.donor && now >= q.deadline) q.deadline = now + more;
+      if (q.donor == p.donor) q.deadline = std::max(q.deadline, now + more);
     ++a->second.late;
     spdlog::info("state sync: donor {} is late with {} {}: waiting {:.1f} s more ({} of {})",
                  dht::short_hex(offers_[p.donor].donor), what, load,
