@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -76,13 +77,29 @@ class Reaper {
         cv_.wait(lk, [&] { return !q_.empty(); });
         j = q_.front();
         q_.pop_front();
+        busy_ = true;
       }
       reap(j);
+      {
+        std::lock_guard lk(m_);
+        busy_ = false;
+      }
+      idle_.notify_all();
     }
   }
+
+ public:
+  /// Waits until every file dropped so far is unmapped and closed; false at the deadline.
+  bool wait_idle(std::chrono::milliseconds timeout) {
+    std::unique_lock lk(m_);
+    return idle_.wait_for(lk, timeout, [&] { return q_.empty() && !busy_; });
+  }
+
+ private:
   std::mutex m_;
-  std::condition_variable cv_;
+  std::condition_variable cv_, idle_;
   std::deque<Job> q_;
+  bool busy_ = false;
 };
 
 // The open file of one blob; closed (and so gone) with its last holder.
@@ -226,6 +243,10 @@ class Store final : public gossip::BlobStore {
   const std::filesystem::path dir_;
 };
 }  // namespace
+
+bool dropped_files_closed(std::chrono::milliseconds timeout) {
+  return Reaper::get().wait_idle(timeout);
+}
 
 std::shared_ptr<gossip::BlobStore> state_files(std::filesystem::path dir) {
   return std::make_shared<Store>(std::move(dir));

@@ -8,6 +8,7 @@
 // at once.
 #pragma once
 
+#include <chrono>
 #include <filesystem>
 #include <memory>
 
@@ -17,6 +18,10 @@ namespace grove::node {
 
 /// Blobs in files in `dir` (created if missing). Thread-safe.
 std::shared_ptr<gossip::BlobStore> state_files(std::filesystem::path dir);
+
+/// Waits until every state file dropped so far (on any thread) has been unmapped and closed by
+/// the reaper thread; false if that takes longer than `timeout`.
+bool dropped_files_closed(std::chrono::milliseconds timeout);
 
 /// Float arrays in unnamed files of `dir`, mapped shared (optim::FloatPages): a released range's
 /// pages leave the process (madvise MADV_DONTNEED) and keep their values in the file. Gives

@@ -7,7 +7,6 @@
 #include <chrono>
 #include <fstream>
 #include <random>
-#include <thread>
 
 #include "gossip/state_sync.hpp"
 #include "gossip/step_work.hpp"
@@ -107,9 +106,7 @@ TEST(StateFiles, DroppedFilesAreUnmappedAndClosed) {
     }
     EXPECT_EQ(open_in(dir), 60u) << "20 arrays (a descriptor and a mapping each) and 20 blobs";
   }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (open_in(dir) > 0 && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_TRUE(dropped_files_closed(std::chrono::seconds(20)));
   EXPECT_EQ(open_in(dir), 0u);
 }
 
