@@ -47,6 +47,12 @@ const char* to_string(MsgKind k) {
       return "abort";
     case MsgKind::tensor_end:
       return "tensor_end";
+    case MsgKind::join:
+      return "join";
+    case MsgKind::announce:
+      return "announce";
+    case MsgKind::welcome:
+      return "welcome";
   }
   return "?";
 }
@@ -127,9 +133,11 @@ Bytes encode_message(const Header& h, std::size_t payload_size, std::span<std::u
   pk.pack(static_cast<std::uint8_t>(h.codec));
   if (h.kind == MsgKind::tensor_end) {
     pack_bin(pk, h.digest);
-  } else if (h.kind == MsgKind::abort) {
-    pk.pack_array(static_cast<std::uint32_t>(h.suspects.size()));
-    for (const auto& id : h.suspects) pack_bin(pk, id);
+  } else if (h.kind == MsgKind::abort || h.kind == MsgKind::announce ||
+             h.kind == MsgKind::welcome) {
+    const auto& ids = h.kind == MsgKind::abort ? h.suspects : h.view;
+    pk.pack_array(static_cast<std::uint32_t>(ids.size()));
+    for (const auto& id : ids) pack_bin(pk, id);
   } else {
     pk.pack_nil();
   }
@@ -164,7 +172,7 @@ transport::Result<Message> decode_message(std::span<const std::uint8_t> bytes,
       !get_u64(a[7], count) || !get_u64(a[8], codec))
     return errc::malformed;
   if (version != kVersion) return errc::malformed;
-  if (kind < 1 || kind > 6 || phase > 2 || codec > 4 || index > UINT32_MAX || chunk > UINT32_MAX ||
+  if (kind < 1 || kind > 9 || phase > 2 || codec > 4 || index > UINT32_MAX || chunk > UINT32_MAX ||
       count > limits.max_values)
     return errc::malformed;
   Message m;
@@ -179,13 +187,15 @@ transport::Result<Message> decode_message(std::span<const std::uint8_t> bytes,
   const msgpack::object& extra = a[9];
   if (m.h.kind == MsgKind::tensor_end) {
     if (!get_fixed(extra, m.h.digest)) return errc::malformed;
-  } else if (m.h.kind == MsgKind::abort) {
+  } else if (m.h.kind == MsgKind::abort || m.h.kind == MsgKind::announce ||
+             m.h.kind == MsgKind::welcome) {
     if (extra.type != msgpack::type::ARRAY || extra.via.array.size > limits.max_suspects)
       return errc::malformed;
+    auto& ids = m.h.kind == MsgKind::abort ? m.h.suspects : m.h.view;
     for (std::uint32_t i = 0; i < extra.via.array.size; ++i) {
       NodeId id;
       if (!get_fixed(extra.via.array.ptr[i], id)) return errc::malformed;
-      m.h.suspects.push_back(id);
+      ids.push_back(id);
     }
   } else if (extra.type != msgpack::type::NIL) {
     return errc::malformed;

@@ -48,7 +48,17 @@ optim::CodecError encode_values(WireCodec c, std::span<const float> in,
 optim::CodecError decode_values(WireCodec c, std::span<const std::uint8_t> in,
                                 std::span<float> out);
 
-enum class MsgKind : std::uint8_t { chunk = 1, tensor_begin, heartbeat, done, abort, tensor_end };
+enum class MsgKind : std::uint8_t {
+  chunk = 1,
+  tensor_begin,
+  heartbeat,
+  done,
+  abort,
+  tensor_end,
+  join,      ///< StepGroup: a node alone asks to be admitted
+  announce,  ///< StepGroup: the sequencer's view for call `count`
+  welcome,   ///< StepGroup: a joiner's first call `count` and its view
+};
 enum class Phase : std::uint8_t { reduce_scatter = 0, all_gather = 1, tensor = 2 };
 const char* to_string(MsgKind k);
 
@@ -63,6 +73,7 @@ struct Header {
   WireCodec codec = WireCodec::fp32;
   Digest digest{};               ///< tensor_end
   std::vector<NodeId> suspects;  ///< abort
+  std::vector<NodeId> view;      ///< announce, welcome (at most WireLimits::max_suspects)
 };
 
 struct WireLimits {
