@@ -84,6 +84,7 @@ RingAllGather::RingAllGather(OpId op, NodeId self, std::vector<NodeId> ring, opt
 
 void RingAllGather::alone(Time) {
   // The mean of one: our own message as the others would have decoded it.
+  if (opts_.concat && result_.size() != n_) result_ = optim::Floats::zeros(n_, opts_.alloc);
   std::vector<std::uint8_t> bytes;
   for (std::size_t p = 0; p < pieces() && !finished(); ++p) {
     const std::size_t lo = p * opts_.piece_values, len = piece_len(p);
@@ -118,6 +119,8 @@ optim::Floats RingAllGather::take_input() {
 }
 
 void RingAllGather::start_data(Time now) {
+  if (opts_.concat && result_.size() != ring_.size() * n_)
+    result_ = optim::Floats::zeros(ring_.size() * n_, opts_.alloc);
   held_.clear();
   held_bytes_ = 0;
   summed_.assign(pieces(), false);
@@ -182,8 +185,22 @@ void RingAllGather::hold(std::size_t p, std::size_t origin, std::vector<std::uin
   peak_held_ = std::max(peak_held_, held_bytes_);
   h.from[origin] = std::move(bytes);
   if (++h.count < N) return;
-  // Every member's piece p: their sum in ring order, then the mean (the same bits everywhere).
   const std::size_t lo = p * opts_.piece_values, len = piece_len(p);
+  if (opts_.concat) {  // every member's piece p at its place (checked when received)
+    bool ok = true;
+    for (std::size_t j = 0; j < N && ok; ++j) {
+      const auto out = std::span<float>(result_).subspan(j * n_ + lo, len);
+      ok = opts_.codec.decode(h.from[j], out) == CodecError::ok;
+      result_.release(j * n_ + lo, j * n_ + lo + len);
+    }
+    for (const auto& b : h.from) held_bytes_ -= b.size();
+    held_.erase(p);
+    if (!ok) return fail("our own piece " + std::to_string(p) + " does not decode");
+    summed_[p] = true;
+    if (++summed_count_ == pieces()) complete(now);
+    return;
+  }
+  // Every member's piece p: their sum in ring order, then the mean (the same bits everywhere).
   const auto out = std::span<float>(result_).subspan(lo, len);
   const auto d = std::span(decoded_).first(len);
   bool ok = true;

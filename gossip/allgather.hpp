@@ -63,6 +63,9 @@ struct AllGatherOptions {
   float scale = 1.0f;
   /// Where the result goes when no buffer of the right size is passed in (none: the heap).
   optim::FloatAllocator alloc;
+  /// The result is every member's decoded tensor, one after the other in ring order (N × n
+  /// values for the N members of the attempt that completed), not their mean: grove.all_gather.
+  bool concat = false;
 };
 
 class RingAllGather final : public RingOp {
@@ -77,7 +80,8 @@ class RingAllGather final : public RingOp {
                                                                   AllGatherOptions opts, Time now,
                                                                   optim::Floats out = {});
 
-  /// The mean of the members' decoded tensors (valid when done).
+  /// The mean of the members' decoded tensors, or with `concat` each of them in ring order
+  /// (valid when done).
   const optim::Floats& result() const { return result_; }
   optim::Floats take_result() { return std::move(result_); }
   /// The input back (the caller's error buffer, for its feedback), times options().scale.

@@ -195,6 +195,52 @@ TEST(RingAllGather, SurvivorsAreBitIdenticalWhenAMemberDiesAtAnyByte) {
   EXPECT_GT(excluded, 30);
 }
 
+// grove.all_gather: every member's tensor in ring order, exact in fp32; when a member dies the
+// survivors hold the same concatenation of the members that completed.
+TEST(RingAllGather, ConcatGivesEveryMembersTensorInRingOrder) {
+  const std::size_t n = 1024 * 2 + 77;
+  for (std::size_t N : {1u, 3u, 4u}) {
+    auto o = options(0);
+    o.concat = true;
+    Swarm s(300 + N, N, n, o);
+    s.start();
+    ASSERT_TRUE(s.net.run_until([&] { return s.all_finished(); }, 60s));
+    std::vector<float> want;
+    for (const auto& id : s.ids) {
+      const auto k =
+          static_cast<std::size_t>(std::find(s.ids.begin(), s.ids.end(), id) - s.ids.begin());
+      want.insert(want.end(), s.inputs[k].begin(), s.inputs[k].end());
+    }
+    for (std::size_t i = 0; i < N; ++i) {
+      ASSERT_EQ(s.at(i)->status(), OpStatus::done) << s.at(i)->failure();
+      EXPECT_EQ(vec(s.at(i)->result()), want) << "N " << N << " member " << i;
+    }
+  }
+  // A member that dies: the survivors' result is the survivors' tensors, in ring order.
+  auto o = options(0);
+  o.concat = true;
+  sim::GossipLinkModel link;
+  link.bytes_per_ms = 200;
+  link.loss_detect = 50ms;
+  Swarm s(310, 4, n, o, link);
+  s.net.kill_at_byte(s.ids[2], 3000);
+  s.start();
+  ASSERT_TRUE(s.net.run_until([&] { return s.all_finished(); }, 120s));
+  for (std::size_t i = 0; i < 4; ++i) {
+    if (!s.net.alive(s.ids[i])) continue;
+    const auto* p = s.at(i);
+    ASSERT_EQ(p->status(), OpStatus::done) << p->failure();
+    ASSERT_EQ(p->members().size(), 3u);
+    std::vector<float> want;
+    for (const auto& id : p->members()) {
+      const auto k =
+          static_cast<std::size_t>(std::find(s.ids.begin(), s.ids.end(), id) - s.ids.begin());
+      want.insert(want.end(), s.inputs[k].begin(), s.inputs[k].end());
+    }
+    EXPECT_EQ(vec(p->result()), want) << "member " << i;
+  }
+}
+
 // A piece that does not decode is refused before it is passed on: its sender is suspected, and
 // the others end without it.
 TEST(RingAllGather, AGarbledPieceGetsItsSenderSuspected) {
