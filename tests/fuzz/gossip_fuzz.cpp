@@ -8,6 +8,9 @@
 // Properties checked (a violation traps):
 //   - decode_message never crashes; what it accepts re-encodes to bytes that decode to the same
 //     header and payload;
+//   - a StepGroup (the per-step collectives' views) gets every message too and begins and ends a
+//     call every few inputs: every view it begins is sorted, names itself, repeats nobody and
+//     stays within its size limit;
 //   - everything a core sends decodes, carries the core's op, and goes to a member of its group;
 //   - a finished all-reduce's or all-gather's result and an exchange's means have the tensor's
 //     size and are finite (nothing received can put a NaN into the model);
@@ -35,6 +38,7 @@
 #include "gossip/state_check.hpp"
 #include "gossip/state_delta.hpp"
 #include "gossip/state_sync.hpp"
+#include "gossip/step_group.hpp"
 #include "gossip/step_work.hpp"
 #include "tests/fuzz/gossip_fuzz.hpp"
 
@@ -53,6 +57,7 @@ struct State {
   std::unique_ptr<gossip::RingAllReduce> ring;
   std::unique_ptr<gossip::GroupExchange> exchange;
   std::unique_ptr<gossip::RingAllGather> gather[kGathers];
+  std::unique_ptr<gossip::StepGroup> group;
 
   void fresh_ring() {
     gossip::AllReduceOptions o;
@@ -186,6 +191,20 @@ void records(std::span<const std::uint8_t> bytes) {
   }
 }
 
+// Begins a call when none is in progress, ends it (with its whole view) on the next input.
+void step_group(State& s) {
+  auto& g = *s.group;
+  if (auto d = g.next_deadline(); d && *d <= s.now) g.on_timer(s.now);
+  if (g.in_call()) {
+    g.end(true, g.view(), s.now);
+  } else if (auto cv = g.begin(s.now)) {
+    const auto& v = cv->members;
+    check(!v.empty() && v.size() <= 256 && cv->rank < v.size() && v[cv->rank] == peer(1));
+    for (std::size_t i = 1; i < v.size(); ++i) check(v[i - 1] < v[i]);
+  }
+  for (auto& o : g.take_outgoing()) check(static_cast<bool>(gossip::decode_message(o.data.span())));
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -195,6 +214,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     st.fresh_ring();
     st.fresh_exchange();
     for (int i = 0; i < kGathers; ++i) st.fresh_gather(i);
+    st.group = std::make_unique<gossip::StepGroup>(op(), peer(1));
+    st.group->set_candidates({peer(0), peer(2)}, st.now);
     return st;
   }();
   if (++s.inputs % 5000 == 0) {
@@ -220,7 +241,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     check(back->h.kind == m->h.kind && back->h.op == m->h.op && back->h.tag == m->h.tag &&
           back->h.index == m->h.index && back->h.chunk == m->h.chunk &&
           back->h.count == m->h.count && back->h.codec == m->h.codec &&
-          back->h.digest == m->h.digest && back->h.suspects == m->h.suspects);
+          back->h.digest == m->h.digest && back->h.suspects == m->h.suspects &&
+          back->h.view == m->h.view);
     check(std::equal(back->payload.begin(), back->payload.end(), m->payload.begin(),
                      m->payload.end()));
     check(again.size() == copy.size());
@@ -231,7 +253,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       s.gather[(sel >> 5) % kGathers]->on_message(from, *m, s.now);
     else
       s.ring->on_message(from, *m, s.now);
+    s.group->on_message(from, *m, s.now);
   }
+  step_group(s);
   if (s.inputs % 8 == 0) {
     s.now += Time(700);
     s.ring->on_timer(s.now);

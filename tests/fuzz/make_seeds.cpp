@@ -599,6 +599,18 @@ void gossip_seeds(const fs::path& dir) {
   h.suspects.clear();
   h.kind = g::MsgKind::done;
   put("done", 0, g::encode_message(h, 0).span());
+  // The step group's: a join, the sequencer's announcement and a welcome naming peer 1.
+  h.kind = g::MsgKind::join;
+  put("group-join", 2, g::encode_message(h, 0).span());
+  h.kind = g::MsgKind::announce;
+  h.count = 2;
+  h.view = {gz::peer(0), gz::peer(1), gz::peer(2)};
+  std::sort(h.view.begin(), h.view.end());
+  put("group-announce", 0, g::encode_message(h, 0).span());
+  h.kind = g::MsgKind::welcome;
+  put("group-welcome", 0, g::encode_message(h, 0).span());
+  h.view.clear();
+  h.count = 0;
   h.kind = g::MsgKind::chunk;
   h.phase = g::Phase::all_gather;
   h.codec = g::WireCodec::fp16;
