@@ -113,7 +113,55 @@ void pack_spec(mp::Packer& p, const ModelSpec& m) {
   }
 }
 
+constexpr const char* kKinds[] = {"all_reduce", "all_gather", "barrier", "send", "recv"};
+
+transport::Result<TrainerMessage> decode_collective(const mp::Obj& m) {
+  TrainerCollective c;
+  std::string kind;
+  const auto* k = field(m, "kind");
+  if (!k || !mp::get_str(*k, 16, kind)) return bad("collective: no kind");
+  const auto at = std::find(std::begin(kKinds), std::end(kKinds), kind);
+  if (at == std::end(kKinds))
+    return bad("collective: kind is all_reduce, all_gather, barrier, send or recv");
+  c.kind = static_cast<CollectiveKind>(at - std::begin(kKinds));
+  if (const auto* v = field(m, "mean"); v && v->type != msgpack::type::NIL) {
+    if (v->type != msgpack::type::BOOLEAN) return bad("collective: mean is true or false");
+    c.mean = v->via.boolean;
+  }
+  if (const auto* v = field(m, "wire"); v && v->type != msgpack::type::NIL) {
+    std::string w;
+    if (!mp::get_str(*v, 8, w) || (w != "fp32" && w != "fp16"))
+      return bad("collective: wire is fp32 or fp16");
+    c.wire = w == "fp16" ? WireCodec::fp16 : WireCodec::fp32;
+  }
+  std::uint64_t u = 0;
+  if (const auto* v = field(m, "n"); v && v->type != msgpack::type::NIL) {
+    if (!mp::get_u64(*v, u) || u > kMaxModelParams)
+      return bad("collective: n is 0 to " + std::to_string(kMaxModelParams) + " values");
+    c.n = u;
+  }
+  if (const auto* v = field(m, "peer"); v && v->type != msgpack::type::NIL) {
+    if (!mp::get_u64(*v, u) || u >= kMaxGroup)
+      return bad("collective: peer is a rank below " + std::to_string(kMaxGroup));
+    c.peer = static_cast<std::uint32_t>(u);
+  }
+  if (const auto* v = field(m, "min_size"); v && v->type != msgpack::type::NIL) {
+    if (!mp::get_u64(*v, u) || u > kMaxGroup)
+      return bad("collective: min_size is 0 to " + std::to_string(kMaxGroup));
+    c.min_size = static_cast<std::uint32_t>(u);
+  }
+  if (const auto* v = field(m, "timeout"); v && v->type != msgpack::type::NIL) {
+    if (!mp::get_number(*v, c.timeout_s) || !(c.timeout_s >= 0 && c.timeout_s <= 86400))
+      return bad("collective: timeout is 0 to 86400 seconds");
+  }
+  return TrainerMessage{c};
+}
+
 }  // namespace
+
+const char* to_string(CollectiveKind k) {
+  return kKinds[static_cast<std::size_t>(k)];
+}
 
 std::uint64_t ModelSpec::params() const {
   std::uint64_t total = 0;
@@ -160,6 +208,15 @@ transport::Result<TrainerMessage> decode_trainer_message(std::span<const std::ui
     if (const auto* why = field(m, "why"); why && why->type != msgpack::type::NIL)
       if (!mp::get_str(*why, kMaxWhy, sv.why)) return bad("saved: why is a string");
     return TrainerMessage{std::move(sv)};
+  }
+  if (op == "collective") return decode_collective(m);
+  if (op == "buffer") {
+    TrainerBuffer b;
+    const auto* v = field(m, "bytes");
+    if (!v || !mp::get_u64(*v, b.bytes) || b.bytes > 4 * kMaxModelParams * kMaxGroup)
+      return bad("buffer: bytes is a size up to " +
+                 std::to_string(4 * kMaxModelParams * kMaxGroup));
+    return TrainerMessage{b};
   }
   if (op != "hello") return bad("unknown op '" + op + "'");
   TrainerHello h;
@@ -232,6 +289,34 @@ std::vector<std::uint8_t> encode_trainer_message(const TrainerMessage& msg) {
         },
         3);
   if (std::holds_alternative<TrainerStored>(msg)) return pack_map("stored");
+  if (const auto* b = std::get_if<TrainerBuffer>(&msg))
+    return pack_map(
+        "buffer",
+        [&](mp::Packer& p) {
+          mp::pack_str(p, "bytes");
+          p.pack_uint64(b->bytes);
+        },
+        1);
+  if (const auto* c = std::get_if<TrainerCollective>(&msg))
+    return pack_map(
+        "collective",
+        [&](mp::Packer& p) {
+          mp::pack_str(p, "kind");
+          mp::pack_str(p, to_string(c->kind));
+          mp::pack_str(p, "mean");
+          p.pack(c->mean);
+          mp::pack_str(p, "wire");
+          mp::pack_str(p, c->wire == WireCodec::fp16 ? "fp16" : "fp32");
+          mp::pack_str(p, "n");
+          p.pack_uint64(c->n);
+          mp::pack_str(p, "peer");
+          p.pack_uint32(c->peer);
+          mp::pack_str(p, "timeout");
+          mp::pack_f64(p, c->timeout_s);
+          mp::pack_str(p, "min_size");
+          p.pack_uint32(c->min_size);
+        },
+        7);
   if (const auto* sv = std::get_if<TrainerSaved>(&msg))
     return pack_map(
         "saved",
@@ -426,6 +511,40 @@ std::vector<std::uint8_t> encode_bye(const std::string& why) {
         mp::pack_str(p, why.substr(0, kMaxWhy));
       },
       1);
+}
+
+std::vector<std::uint8_t> encode_collective_done(bool ok, const std::string& why,
+                                                 std::uint64_t call, std::uint32_t rank,
+                                                 std::uint32_t size, std::uint64_t n) {
+  return pack_map(
+      "done",
+      [&](mp::Packer& p) {
+        mp::pack_str(p, "ok");
+        p.pack(ok);
+        mp::pack_str(p, "why");
+        mp::pack_str(p, why.substr(0, kMaxWhy));
+        mp::pack_str(p, "call");
+        p.pack_uint64(call);
+        mp::pack_str(p, "rank");
+        p.pack_uint32(rank);
+        mp::pack_str(p, "size");
+        p.pack_uint32(size);
+        mp::pack_str(p, "n");
+        p.pack_uint64(n);
+      },
+      6);
+}
+
+std::vector<std::uint8_t> encode_segment(const std::string& shm, std::uint64_t bytes) {
+  return pack_map(
+      "segment",
+      [&](mp::Packer& p) {
+        mp::pack_str(p, "shm");
+        mp::pack_str(p, shm);
+        mp::pack_str(p, "bytes");
+        p.pack_uint64(bytes);
+      },
+      2);
 }
 
 }  // namespace grove::node

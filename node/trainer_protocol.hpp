@@ -16,6 +16,12 @@
 //                    stored  {}                         the parameters are in shared memory
 //                    saved   {why}                      its own state is in state_file (why:
 //                                                       empty, or why it could not be saved)
+//                    collective {kind, mean, wire, n, peer, timeout, min_size}
+//                                                       a per-step collective over the swarm
+//                                                       (grove.all_sum, average_gradients, …) on
+//                                                       the n values at the start of the
+//                                                       collective segment; answered by "done"
+//                    buffer  {bytes}                    make the collective segment this large
 //   node → trainer   welcome {shm, bytes, run, outer, inner_steps, state_file}
 //                                                       state_file: where the trainer keeps its
 //                                                       own state (the inner optimiser's, its
@@ -28,6 +34,12 @@
 //                    go      {load}                     go on (after loading the parameters from
 //                                                       shared memory when load is true)
 //                    bye     {why}                      the node is leaving
+//                    done    {ok, why, call, rank, size, n}
+//                                                       a collective's end: its n result values
+//                                                       are at the start of the collective
+//                                                       segment; rank and size in its group
+//                    segment {shm, bytes}               the collective segment (after "buffer",
+//                                                       or when a result needed it larger)
 //
 // Decoding is bounded (frame size, map and array sizes, string lengths, tensor dimensions, the
 // model's size) and never executes or evaluates anything: names are only compared.
@@ -95,7 +107,26 @@ struct TrainerStored {};
 struct TrainerSaved {
   std::string why;  ///< empty: saved
 };
-using TrainerMessage = std::variant<TrainerHello, TrainerStep, TrainerStored, TrainerSaved>;
+/// A per-step collective (the trainer waits for its "done").
+enum class CollectiveKind : std::uint8_t { all_reduce, all_gather, barrier, send, recv };
+const char* to_string(CollectiveKind k);
+inline constexpr std::uint32_t kMaxGroup = 256;  ///< members of a collective's group
+struct TrainerCollective {
+  CollectiveKind kind = CollectiveKind::barrier;
+  bool mean = false;                 ///< all_reduce: the mean (average_gradients), else the sum
+  WireCodec wire = WireCodec::fp32;  ///< all_reduce: fp32 or fp16 on the wire
+  std::uint64_t n = 0;               ///< values in (recv: expected), at most kMaxModelParams
+  std::uint32_t peer = 0;            ///< send/recv: the other's rank, < kMaxGroup
+  double timeout_s = 0;              ///< 0: the node's deadline (from the bytes); at most a day
+  std::uint32_t min_size = 0;        ///< barrier: wait until the group has this many members
+  friend bool operator==(const TrainerCollective&, const TrainerCollective&) = default;
+};
+struct TrainerBuffer {
+  std::uint64_t bytes = 0;  ///< at most 4 × kMaxModelParams × kMaxGroup
+  friend bool operator==(const TrainerBuffer&, const TrainerBuffer&) = default;
+};
+using TrainerMessage = std::variant<TrainerHello, TrainerStep, TrainerStored, TrainerSaved,
+                                    TrainerCollective, TrainerBuffer>;
 
 /// A trainer's message, or errc::malformed with the reason.
 transport::Result<TrainerMessage> decode_trainer_message(std::span<const std::uint8_t> body);
@@ -119,5 +150,10 @@ std::vector<std::uint8_t> encode_save();
 std::vector<std::uint8_t> encode_go(bool load, std::size_t lo = 0,
                                     std::optional<std::size_t> hi = std::nullopt);
 std::vector<std::uint8_t> encode_bye(const std::string& why);
+/// A collective's end: `n` result values in the collective segment (when ok).
+std::vector<std::uint8_t> encode_collective_done(bool ok, const std::string& why,
+                                                 std::uint64_t call, std::uint32_t rank,
+                                                 std::uint32_t size, std::uint64_t n);
+std::vector<std::uint8_t> encode_segment(const std::string& shm, std::uint64_t bytes);
 
 }  // namespace grove::node

@@ -999,6 +999,19 @@ void trainer_seeds(const fs::path& dir) {
   put("step_nan.bin", node::encode_trainer_message(node::TrainerStep{}));
   put("stored.bin", node::encode_trainer_message(node::TrainerStored{}));
   put("saved.bin", node::encode_trainer_message(node::TrainerSaved{"disk full"}));
+  node::TrainerCollective col;
+  col.kind = node::CollectiveKind::all_reduce;
+  col.mean = true;
+  col.wire = node::WireCodec::fp16;
+  col.n = 1000;
+  put("collective_all_reduce.bin", node::encode_trainer_message(col));
+  col = {};
+  col.kind = node::CollectiveKind::recv;
+  col.peer = 2;
+  col.n = 64;
+  col.timeout_s = 5;
+  put("collective_recv.bin", node::encode_trainer_message(col));
+  put("buffer.bin", node::encode_trainer_message(node::TrainerBuffer{1u << 20}));
   // What the node sends is not a trainer message: rejected.
   put("go.bin", node::encode_go(true));
   put("welcome.bin", node::encode_welcome("/grove-0123456789abcdef", 4096, "external-0123456789ab",

@@ -1,12 +1,14 @@
 // Fuzz target for the trainer link's messages (node/trainer_protocol.hpp): what a training
 // process on the node's machine sends over its Unix socket (hello with the model's spec, step,
-// stored).
+// stored, saved, collective, buffer).
 //
 // Properties checked on every input (a violation traps, so libFuzzer records a crash):
 //   - decode_trainer_message never crashes; a rejection says why;
 //   - an accepted hello is within its limits: 1 to kMaxTensors tensors, names of 1 to
 //     kMaxTensorName bytes, at most kMaxTensorDims dimensions, a float dtype, at most
 //     kMaxModelParams parameters in all; its numbers are finite;
+//   - an accepted collective or buffer request is within its bounds (values, rank, group size,
+//     timeout, wire codec);
 //   - encoding a decoded message and decoding that gives the same message, and the spec's hash is
 //     stable; a run made from an accepted hello passes its config check and accepts that hello.
 #include <cmath>
@@ -42,6 +44,17 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const auto& t = std::get<TrainerStep>(*again);
     check(same_number(s->loss, t.loss) && same_number(s->eval_loss, t.eval_loss) &&
           s->tokens == t.tokens);
+    return 0;
+  }
+  if (const auto* c = std::get_if<TrainerCollective>(&*m)) {
+    check(*c == std::get<TrainerCollective>(*again));
+    check(c->n <= kMaxModelParams && c->peer < kMaxGroup && c->min_size <= kMaxGroup);
+    check(c->timeout_s >= 0 && c->timeout_s <= 86400);
+    check(c->wire == WireCodec::fp32 || c->wire == WireCodec::fp16);
+    return 0;
+  }
+  if (const auto* b = std::get_if<TrainerBuffer>(&*m)) {
+    check(*b == std::get<TrainerBuffer>(*again) && b->bytes <= 4 * kMaxModelParams * kMaxGroup);
     return 0;
   }
   const auto* h = std::get_if<TrainerHello>(&*m);

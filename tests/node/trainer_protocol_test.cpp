@@ -52,6 +52,80 @@ TEST(TrainerProtocol, MessagesRoundTrip) {
   EXPECT_EQ(std::get<TrainerSaved>(*back).why, "");
 }
 
+TEST(TrainerProtocol, CollectiveMessagesRoundTripAndAreBounded) {
+  TrainerCollective c;
+  c.kind = CollectiveKind::all_reduce;
+  c.mean = true;
+  c.wire = WireCodec::fp16;
+  c.n = 25'000'000;
+  c.timeout_s = 30;
+  auto back = decode_trainer_message(encode_trainer_message(c));
+  ASSERT_TRUE(back) << back.why();
+  EXPECT_EQ(std::get<TrainerCollective>(*back), c);
+  c = {};
+  c.kind = CollectiveKind::send;
+  c.peer = 3;
+  c.n = 7;
+  back = decode_trainer_message(encode_trainer_message(c));
+  ASSERT_TRUE(back);
+  EXPECT_EQ(std::get<TrainerCollective>(*back), c);
+  back = decode_trainer_message(encode_trainer_message(TrainerBuffer{1u << 30}));
+  ASSERT_TRUE(back);
+  EXPECT_EQ(std::get<TrainerBuffer>(*back).bytes, 1u << 30);
+  // Out of bounds, each with its reason.
+  const auto rejects = [](const std::vector<std::uint8_t>& b, const char* why) {
+    const auto r = decode_trainer_message(b);
+    EXPECT_FALSE(r);
+    EXPECT_NE(r.why().find(why), std::string::npos) << r.why();
+  };
+  rejects(packed([](auto& p) {
+            p.pack_map(2);
+            p.pack("op");
+            p.pack("collective");
+            p.pack("kind");
+            p.pack("broadcast");
+          }),
+          "kind is");
+  rejects(packed([](auto& p) {
+            p.pack_map(3);
+            p.pack("op");
+            p.pack("collective");
+            p.pack("kind");
+            p.pack("send");
+            p.pack("peer");
+            p.pack(256);
+          }),
+          "peer is");
+  rejects(packed([](auto& p) {
+            p.pack_map(3);
+            p.pack("op");
+            p.pack("collective");
+            p.pack("kind");
+            p.pack("barrier");
+            p.pack("timeout");
+            p.pack(-1.0);
+          }),
+          "timeout is");
+  rejects(packed([](auto& p) {
+            p.pack_map(3);
+            p.pack("op");
+            p.pack("collective");
+            p.pack("kind");
+            p.pack("all_reduce");
+            p.pack("n");
+            p.pack(std::uint64_t{1} << 40);
+          }),
+          "n is");
+  rejects(packed([](auto& p) {
+            p.pack_map(2);
+            p.pack("op");
+            p.pack("buffer");
+            p.pack("bytes");
+            p.pack("many");
+          }),
+          "buffer: bytes");
+}
+
 TEST(TrainerProtocol, RejectsWhatItMustWithTheReason) {
   std::string why;
   const auto bad = [&](const std::vector<std::uint8_t>& b) {
