@@ -26,17 +26,31 @@ void timed(const char* what, Fn&& fn) {
 }
 }  // namespace
 
+boost::asio::thread_pool& state_read_pool() {
+  // Never destroyed: a read may still be running when the process exits.
+  static auto* pool = new boost::asio::thread_pool(2);
+  return *pool;
+}
+
 void serve_state(transport::Host& host, std::shared_ptr<StateServer> server) {
+  // Answered on the state-read threads, never on the host's strand: a chunk of a file-backed
+  // snapshot is a read of a few MiB, which on a busy disk takes seconds, and every session of
+  // the host (its keepalives, the DHT's records, other peers' streams) waits on that strand.
   host.handle(kStateMethod, [server](const transport::PeerInfo& from, transport::Payload body,
                                      transport::Responder r) {
-    auto answer = server->answer(body.bytes());
-    if (!answer) {
-      spdlog::debug("state request from {} refused: {}", transport::to_hex(from.id),
-                    answer.error().message());
-      r.fail(transport::errc::rejected, answer.error().message());
-      return;
-    }
-    r.reply(*answer);
+    boost::asio::post(state_read_pool(),
+                      [server, id = from.id, body = std::move(body), r = std::move(r)]() mutable {
+                        if (r.cancelled())
+                          return;  // the requester gave up (or its deadline passed) meanwhile
+                        auto answer = server->answer(body.bytes());
+                        if (!answer) {
+                          spdlog::debug("state request from {} refused: {}", transport::to_hex(id),
+                                        answer.error().message());
+                          r.fail(transport::errc::rejected, answer.error().message());
+                          return;
+                        }
+                        r.reply(*answer);
+                      });
   });
 }
 

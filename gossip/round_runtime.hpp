@@ -11,7 +11,8 @@
 //   - state requests → transport requests "state" to the donor (each with its deadline); answers
 //     and failures come back to the engine;
 //   - reports → the node's callback (on the DHT strand).
-// serve_state() registers the "state" request handler that answers joiners from a StateServer;
+// serve_state() registers the "state" request handler that answers joiners from a StateServer
+// (on its own two threads: reads of file-backed snapshots never run on the host strand);
 // it must run before host->start() and the server is shared with the engine, which adds a
 // snapshot after every round (StateServer is thread-safe).
 #pragma once

@@ -168,5 +168,82 @@ TEST(RoundRuntime, JoinBySyncAverageThenSwitchToDiLoCoOverEncryptedTcp) {
     EXPECT_EQ(hashes.size(), 1u) << "DiLoCo round " << round << " left different slow weights";
 }
 
+// A blob whose reads wait until it is opened: a disk that stalls.
+struct StallingBlob final : StateBlob {
+  std::vector<std::uint8_t> bytes;
+  mutable std::mutex mu;
+  mutable std::condition_variable cv;
+  mutable bool open = true;
+  mutable int waiting = 0;
+  std::uint64_t size() const override { return bytes.size(); }
+  transport::Result<void> read(std::uint64_t offset, std::span<std::uint8_t> out) const override {
+    std::unique_lock lock(mu);
+    ++waiting;
+    cv.notify_all();
+    cv.wait(lock, [&] { return open; });
+    --waiting;
+    std::copy_n(bytes.begin() + static_cast<std::ptrdiff_t>(offset), out.size(), out.begin());
+    return {};
+  }
+  void set_open(bool o) {
+    std::lock_guard lock(mu);
+    open = o;
+    cv.notify_all();
+  }
+  bool wait_for_reader(std::chrono::milliseconds d) {
+    std::unique_lock lock(mu);
+    return cv.wait_for(lock, d, [&] { return waiting > 0; });
+  }
+};
+
+// A joiner's chunk request whose read stalls (a busy disk) does not hold the donor's host: its
+// other requests (here the manifest; in a node, every session's keepalives and records) are
+// answered meanwhile. (The World runs every host on one thread: a read on the host's strand would
+// stall them all.)
+TEST(ServeState, AStalledChunkReadDoesNotHoldTheHost) {
+  World w;
+  auto donor = w.host();
+  auto joiner = w.host();
+  auto server = std::make_shared<StateServer>();
+  serve_state(*donor, server);
+  w.start(donor);
+  w.start(joiner);
+  auto blob = std::make_shared<StallingBlob>();
+  blob->bytes.resize(256 << 10);
+  for (std::size_t i = 0; i < blob->bytes.size(); ++i) blob->bytes[i] = std::uint8_t(i * 7);
+  auto snap = StateSnapshot::of("run", 1, blob, 64 << 10);  // hashes the chunks: reads, open
+  ASSERT_TRUE(snap);
+  server->add(*snap);
+  blob->set_open(false);
+
+  std::mutex mu;
+  std::condition_variable cv;
+  std::optional<transport::Result<transport::Payload>> chunk, manifest;
+  const auto ask = [&](std::optional<std::uint32_t> index, auto& slot) {
+    const auto body = encode_state_request({(*snap)->root(), index});
+    joiner->request(transport::PeerRef::node(donor->id(), donor->address()), "state",
+                    transport::Bytes::copy_of(body), 30s, [&](transport::Result<transport::Payload> r) {
+                      std::lock_guard lock(mu);
+                      slot = std::move(r);
+                      cv.notify_all();
+                    });
+  };
+  ask(0, chunk);
+  ASSERT_TRUE(blob->wait_for_reader(10s)) << "the chunk's read never started";
+  ask(std::nullopt, manifest);
+  {
+    std::unique_lock lock(mu);
+    EXPECT_TRUE(cv.wait_for(lock, 5s, [&] { return manifest.has_value(); }))
+        << "the manifest waited for the stalled chunk read";
+    EXPECT_FALSE(chunk.has_value());
+  }
+  blob->set_open(true);
+  std::unique_lock lock(mu);
+  ASSERT_TRUE(cv.wait_for(lock, 10s, [&] { return chunk.has_value(); }));
+  ASSERT_TRUE(*chunk) << chunk->text();
+  ASSERT_TRUE(manifest.has_value() && *manifest);
+  EXPECT_EQ((*chunk)->size(), std::size_t{64} << 10);
+}
+
 }  // namespace
 }  // namespace grove::gossip
