@@ -25,6 +25,8 @@ transport::Result<std::unique_ptr<RingAllReduce>> RingAllReduce::create(
     return {errc::rejected,
             "the all-reduce sums partial results: E3M0 carries them only with error feedback "
             "(residual)"};
+  if (opts.residual && !opts.mean)
+    return {errc::rejected, "the all-reduce keeps residuals of means only"};
   return std::unique_ptr<RingAllReduce>(
       new RingAllReduce(op, self, std::move(ring), std::move(input), opts, now, std::move(out)));
 }
@@ -152,7 +154,8 @@ void RingAllReduce::on_data(const NodeId& from, const Message& m, Time now) {
     input_.release(at, at + len);
     if (owner(s) == me_) {
       const float n = static_cast<float>(N);
-      for (std::size_t i = 0; i < len; ++i) sum[i] /= n;
+      if (opts_.mean)
+        for (std::size_t i = 0; i < len; ++i) sum[i] /= n;
       send_chunk(Phase::all_gather, s, c, sum, now);
       if (finished()) return;
       if (++final_chunks_ == total_chunks_) complete(now);

@@ -60,6 +60,9 @@ struct AllReduceOptions {
   optim::FloatAllocator alloc;
   /// Keep what this member's encodings left out (take_residual()); required for E3M0.
   bool residual = false;
+  /// The mean of the members' tensors (DiLoCo, average_gradients), or their sum (grove.all_sum;
+  /// not with `residual`).
+  bool mean = true;
 };
 
 using AllReduceStats = RingStats;

@@ -66,6 +66,32 @@ INSTANTIATE_TEST_SUITE_P(Sizes, RingSizes,
                                             ::testing::Values(WireCodec::fp32, WireCodec::fp16,
                                                               WireCodec::bf16)));
 
+// grove.all_sum: the sum, not the mean; every member the same bits.
+TEST(RingAllReduce, SumsWhenAskedTo) {
+  for (int members : {1, 3, 4}) {
+    AllReduceOptions o;
+    o.codec = WireCodec::fp32;
+    o.chunk_values = 256;
+    o.mean = false;
+    const std::size_t n = 256 * 5 + 33;
+    Swarm s(500 + members, static_cast<std::size_t>(members), n, o);
+    s.start();
+    ASSERT_TRUE(s.net.run_until([&] { return s.all_finished(); }, 60s));
+    auto sum = exact_mean(s, s.ids);
+    for (auto& v : sum) v *= members;
+    for (std::size_t i = 0; i < s.ids.size(); ++i) {
+      ASSERT_EQ(s.at(i)->status(), OpStatus::done) << s.at(i)->failure();
+      EXPECT_EQ(vec(s.at(i)->result()), vec(s.at(0)->result())) << "member " << i;
+    }
+    EXPECT_LE(max_abs_err(vec(s.at(0)->result()), sum), 1e-7 * members) << members;
+  }
+  AllReduceOptions bad;
+  bad.mean = false;
+  bad.residual = true;
+  EXPECT_FALSE(
+      RingAllReduce::create(op_of(1), NodeId{}, {NodeId{}}, optim::Floats{}, bad, Time(0)));
+}
+
 TEST(RingAllReduce, SendsTheBandwidthOptimalAmount) {
   // Each member sends 2(N-1)/N of the tensor's wire bytes (plus headers and control messages).
   AllReduceOptions o;
