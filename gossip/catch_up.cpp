@@ -60,6 +60,14 @@ void CatchUp::on_offers(std::vector<dht::Record> records, Time now) {
     h.update(o->donor);
     found.emplace_back(h.final(), std::move(*o));
   }
+  if (found.empty() && opts_.nobody_ahead && opts_.nobody_ahead()) {
+    if (!nobody_since_) nobody_since_ = now;
+    if (now - *nobody_since_ >= opts_.nobody_ahead_settle)
+      return fail("no member is ahead of round " + std::to_string(min_round_ - 1) +
+                  ": every other live member is catching up too");
+  } else {
+    nobody_since_.reset();
+  }
   if (found.empty()) {
     // (Offers left out for a moment after they failed count as offers while the sync has made
     // progress within offers_wait, as when every donor failed.)

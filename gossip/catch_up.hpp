@@ -49,6 +49,12 @@ struct CatchUpOptions {
   std::function<bool(std::uint64_t round)> same_hash;
   /// Donors whose state was refused: their offers are skipped.
   std::set<NodeId> distrust;
+  /// A member catching up (not a joiner): true while no other live member can hand it a state of
+  /// the round it waits for (each is itself catching up from an earlier round: an all-reduce
+  /// that failed for every member). Holding for `nobody_ahead_settle` (records to spread), with
+  /// no offer, ends the wait: there is nothing to wait for.
+  std::function<bool()> nobody_ahead;
+  Time nobody_ahead_settle{10'000};
 };
 
 class CatchUp {
@@ -116,6 +122,7 @@ class CatchUp {
   Time last_progress_ = started_;     // the start, or the last chunk verified
   std::uint64_t progress_bytes_ = 0;  // verified bytes at last_progress_
   Time retry_at_{Time::max()};
+  std::optional<Time> nobody_since_;  // since when no other member has been ahead of us
   bool reading_ = false;
   std::unique_ptr<StateDownload> download_;
   OpStatus status_ = OpStatus::running;

@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 
 #include "dht/key.hpp"
+#include "gossip/progress.hpp"
 #include "transport/crypto.hpp"
 
 namespace grove::gossip {
@@ -149,6 +150,17 @@ void RoundEngine::begin_sync(std::uint64_t min_round, bool joining, std::string 
   std::memcpy(&sync_seed_, sd.data(), sizeof sync_seed_);
   o.probe_seed = sync_seed_;
   o.same_hash = [this](std::uint64_t r) { return mode_of(r) == OuterMode::diloco; };
+  if (!joining && has_state_)
+    // Every other live member catching up from before `min_round` too (their records say
+    // "syncing" at an earlier round): nobody will make the state we wait for.
+    o.nobody_ahead = [this, min_round] {
+      for (const auto& m : members_.live(store_.now())) {
+        if (m.id == store_.id() || departed_.contains(m.id)) continue;
+        const auto p = decode_progress(m.payload);
+        if (m.status != "syncing" || !p || p->round >= min_round) return false;
+      }
+      return true;
+    };
   o.distrust = distrust_;
   sync_min_round_ = min_round;
   catch_up_.reset();

@@ -78,6 +78,7 @@ struct Logic {
   std::function<bool(const StateDownload::Request&)> fail_state;
   std::size_t state_requests = 0, manifest_requests = 0;
   std::set<std::size_t> mute;  ///< members whose operations are never started
+  bool cut = false;            ///< every operation's messages are lost (a partition)
 
   explicit Logic(std::size_t n, OuterMode mode = OuterMode::noloco) : Logic(n, options(mode)) {}
   Logic(std::size_t n, const RoundOptions& opts) {
@@ -133,7 +134,7 @@ struct Logic {
           Member* to = by_id(out.to);
           auto msg = decode_message(out.data.span());
           ASSERT_TRUE(msg);
-          if (!to) {
+          if (!to || cut) {
             p->on_peer_failed(out.to, now);
           } else if (auto it = to->ops.find(msg->h.op); it != to->ops.end()) {
             it->second->on_message(x.store.id(), *msg, now);
@@ -329,6 +330,47 @@ TEST(RoundLogic, AFinishedAllReduceIsHandedToTheDriverToFree) {
   for (auto& x : l.m) {
     for (const auto& r : x->reports) ASSERT_FALSE(r.local_only) << r.note;
     EXPECT_EQ(x->retired_ops, 3u);
+  }
+}
+
+// A DiLoCo all-reduce that fails for every member (each lost the others): each catches up, sees
+// that nobody is ahead of its round (every member's record says it is catching up too), and
+// goes on with its own slow weights within the records' settle time, not after waiting two
+// rounds for a state nobody will make. The members still hold one φ and average the next round.
+TEST(RoundLogic, WhenEveryMembersAllReduceFailsNobodyWaitsForAState) {
+  auto o = options(OuterMode::diloco);
+  o.offers_wait = milliseconds(300'000);
+  Logic l(3, o);
+  ASSERT_TRUE(start_all(l));
+  ASSERT_TRUE(round_of_all(l, {0.9f, 1.0f, 1.1f}));
+  l.cut = true;
+  ASSERT_TRUE(l.run_until(
+      [&] {
+        for (auto& x : l.m)
+          if (!x->engine.idle()) return false;
+        return true;
+      },
+      milliseconds(20'000)));
+  const Clock cut_at = l.now;
+  for (std::size_t i = 0; i < 3; ++i) l.submit(i, 0.8f + 0.1f * static_cast<float>(i));
+  ASSERT_TRUE(l.run_until(
+      [&] {
+        for (auto& x : l.m)
+          if (x->reports.size() < 2) return false;
+        return true;
+      },
+      milliseconds(60'000)))
+      << "a member waited for a state nobody makes";
+  EXPECT_LT(l.now - cut_at, milliseconds(40'000));
+  for (auto& x : l.m)
+    EXPECT_NE(x->reports.back().note.find("no member is ahead"), std::string::npos)
+        << x->reports.back().note;
+  l.cut = false;
+  ASSERT_TRUE(round_of_all(l, {0.9f, 1.0f, 1.1f}));
+  const auto phi = l.m[0]->engine.state().phi.to_vector();
+  for (auto& x : l.m) {
+    EXPECT_FALSE(x->reports.back().local_only) << x->reports.back().note;
+    EXPECT_EQ(x->engine.state().phi.to_vector(), phi);
   }
 }
 
