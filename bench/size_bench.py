@@ -170,7 +170,10 @@ def one_mode(binary, a, mode, work):
         try:
             rc = procs[name].wait(timeout=left)
         except subprocess.TimeoutExpired:
-            raise RuntimeError("%s did not finish within %d s" % (name, a.timeout))
+            # Reported with the rest (what the logs hold so far), and the next mode runs.
+            procs[name].kill()
+            procs[name].wait()
+            rc = "did not finish within %d s" % a.timeout
         if rc != 0:
             exited[name] = rc
     finish("c")
@@ -208,8 +211,9 @@ def report(work, params, rate, c_launched, sampled_peak=lambda name: None, exite
         if (exited or {}).get(name):
             with open(os.path.join(work, name + ".log")) as f:
                 last = [l.strip() for l in f if "[error]" in l or "[warning]" in l]
-            rows.append("  %s exited with %d%s" % (name, exited[name],
-                                                   ": " + last[-1][:160] if last else ""))
+            how = exited[name] if isinstance(exited[name], str) else \
+                "exited with %d" % exited[name]
+            rows.append("  %s %s%s" % (name, how, ": " + last[-1][:160] if last else ""))
         if stop:
             peak_bytes = stop[-1]["peak_rss_bytes"]
         else:  # (exited before training: its sampled peak, if any)
@@ -288,10 +292,14 @@ def main():
     ap.add_argument("--inner-steps", type=int, default=20)
     ap.add_argument("--window-ms", type=int, default=5000)
     ap.add_argument("--modes", default="noloco,diloco,overlap")
-    ap.add_argument("--timeout", type=float, default=3600, help="seconds per mode")
+    ap.add_argument("--timeout", type=float,
+                    help="seconds per mode (default: 12 x the state's bytes at the link rate, at "
+                         "least an hour)")
     ap.add_argument("--node-args", default="", help="more grove-node arguments (space-separated)")
     ap.add_argument("--out", help="keep the logs here (default: a temporary directory, removed)")
     a = ap.parse_args()
+    if a.timeout is None:
+        a.timeout = max(3600.0, 12 * 8.0 * a.params / link_rate(a.link))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     totals = {"peak": 0.0, "join": 0.0, "transfer": 0.0}
     averaged = total = fired = 0
