@@ -45,6 +45,11 @@ class Protocol {
   virtual std::vector<Outgoing> take_outgoing() = 0;
   /// True once the operation has its final outcome (done or failed); nothing more is sent.
   virtual bool finished() const = 0;
+  /// Whether this op's messages from one peer must arrive in the order they were sent (a
+  /// streamed tensor's chunks, an abort before the retry's data). An op that lives as long as the
+  /// node and whose messages stand alone (a run's step group) says no: the driver then hands each
+  /// message over as it arrives, and a failed message to a peer does not end the op's link to it.
+  virtual bool ordered() const { return true; }
 };
 
 /// An operation's member list as its cores require it (it comes from peers' ready records):

@@ -117,6 +117,25 @@ void GossipRuntime::start(Make make, std::map<NodeId, std::string> addresses, Do
   });
 }
 
+void GossipRuntime::with(const OpId& op, std::function<void(Protocol&)> fn) {
+  asio::post(strand_, [self = shared_from_this(), op, fn = std::move(fn)] {
+    auto it = self->ops_.find(op);
+    if (it == self->ops_.end()) return;
+    fn(*it->second.p);
+    self->flush(op);
+  });
+}
+
+void GossipRuntime::set_addresses(const OpId& op, std::map<NodeId, std::string> addresses) {
+  asio::post(strand_, [self = shared_from_this(), op, addresses = std::move(addresses)]() mutable {
+    auto it = self->ops_.find(op);
+    if (it == self->ops_.end()) return;
+    for (auto& [id, a] : addresses)
+      if (auto q = self->out_.find({op, id}); q != self->out_.end()) q->second.address = a;
+    it->second.addresses = std::move(addresses);
+  });
+}
+
 void GossipRuntime::begin(std::unique_ptr<Protocol> p, std::map<NodeId, std::string> addresses,
                           Done done) {
   const OpId op = p->op();
@@ -144,6 +163,10 @@ void GossipRuntime::on_stream_end(const NodeId& from, const OpId& op, std::uint6
     return;
   }
   if (std::find(finished_.begin(), finished_.end(), op) != finished_.end()) return;  // late
+  if (auto o = ops_.find(op); o != ops_.end() && !o->second.p->ordered()) {
+    deliver(from, op, std::move(data));  // each message as it comes
+    return;
+  }
   const Key k{op, from};
   InOrder& io = in_[k];
   if (seq < io.next) return;  // a duplicate
@@ -284,8 +307,13 @@ void GossipRuntime::stream_done(const Key& k, std::error_code ec) {
   --it->second.in_flight;
   if (ec && !it->second.failed) {
     spdlog::debug("gossip: stream to {} failed: {}", dht::short_hex(k.second), ec.message());
-    it->second.failed = true;
-    it->second.q.clear();
+    // An op whose messages stand alone keeps its link to the peer (its next messages may get
+    // through); an ordered one has lost a message in its sequence: nothing more goes to the peer.
+    const auto op = ops_.find(k.first);
+    if (op == ops_.end() || op->second.p->ordered()) {
+      it->second.failed = true;
+      it->second.q.clear();
+    }
     peer_failed(k.first, k.second);
   }
   // The op makes its next messages (a streamed tensor's window) before the freed slot goes to

@@ -49,6 +49,12 @@ class GossipRuntime : public std::enable_shared_from_this<GossipRuntime> {
   /// operation at once: done(nullptr).
   using Make = std::function<std::unique_ptr<Protocol>(Time now)>;
   void start(Make make, std::map<NodeId, std::string> addresses, Done done);
+  /// Runs fn(op's core) on the runtime's strand, then sends what the core has to send and sets
+  /// its timer: how a driver calls into a core that lives long (a run's step calls) from its own
+  /// thread. Nothing happens when the op is not running.
+  void with(const OpId& op, std::function<void(Protocol&)> fn);
+  /// Replaces the addresses an op dials its members at (a long-lived op's members change).
+  void set_addresses(const OpId& op, std::map<NodeId, std::string> addresses);
   /// Steady-clock milliseconds: the time base of every core run here.
   static Time now();
   boost::asio::any_io_executor executor() const { return strand_; }

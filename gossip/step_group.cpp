@@ -31,6 +31,10 @@ void StepGroup::set_candidates(std::vector<NodeId> ids, Time now) {
   std::erase(ids, self_);
   const bool more = std::any_of(ids.begin(), ids.end(),
                                 [&](const NodeId& id) { return !contains(candidates_, id); });
+  // A smaller id not known before: it may admit us; it gets 2 × join_wait before we admit others.
+  if (std::any_of(ids.begin(), ids.end(),
+                  [&](const NodeId& id) { return id < self_ && !contains(candidates_, id); }))
+    smaller_since_ = now;
   candidates_ = std::move(ids);
   if (more && alone()) next_ask_ = now;  // someone new to ask
 }
@@ -68,7 +72,9 @@ bool StepGroup::admits(const NodeId& joiner, Time now) const {
   if (!alone()) return true;
   if (!(self_ < joiner)) return false;
   const bool smaller = !candidates_.empty() && candidates_.front() < self_;
-  return !smaller || now >= alone_since_ + 2 * opts_.join_wait;
+  if (!smaller) return true;
+  // (Counted from its first call or its last leaving, and from the last smaller id it learnt of.)
+  return alone_since_ && now >= std::max(*alone_since_, smaller_since_) + 2 * opts_.join_wait;
 }
 
 std::vector<NodeId> StepGroup::proposal(Time now) const {
@@ -98,6 +104,7 @@ std::optional<CallView> StepGroup::begin(Time now) {
   if (!waiting_) {
     waiting_ = true;
     begun_ = now;
+    if (!alone_since_) alone_since_ = now;
     join_until_ = now;
     if (alone() && rejoin_) {
       rejoin_ = false;
@@ -195,6 +202,7 @@ void StepGroup::on_message(const NodeId& from, const Message& m, Time now) {
         // A smaller id alone: it admits us, not the other way round.
         candidates_.insert(std::lower_bound(candidates_.begin(), candidates_.end(), from), from);
         next_ask_ = now;
+        smaller_since_ = now;
       }
       break;
     case MsgKind::announce: {
@@ -235,9 +243,14 @@ std::optional<Time> StepGroup::next_deadline() const {
   std::optional<Time> t;
   const auto at = [&](Time x) { t = t ? std::min(*t, x) : x; };
   if (alone() && !candidates_.empty() && !welcome_) at(next_ask_);
-  if (waiting_) at(alone() ? join_until_ : begun_ + opts_.announce_timeout);
   for (const auto& [id, asked] : pending_) at(asked + opts_.join_ttl);
   return t;
+}
+
+std::optional<Time> StepGroup::wake_at() const {
+  if (!waiting_) return std::nullopt;
+  if (alone()) return join_until_;
+  return view_final_ ? std::nullopt : std::optional<Time>(begun_ + opts_.announce_timeout);
 }
 
 std::vector<Outgoing> StepGroup::take_outgoing() {

@@ -19,7 +19,8 @@
 //    `join_retry`; members keep a request for `join_ttl`. A member of a group of two or more
 //    admits any joiner. A node alone asks the others and admits only larger ids, and only once
 //    none of the smaller ones it asks has admitted it for 2 × `join_wait` (dead ones among its
-//    candidates), so that nodes starting together end in one group: the smallest's. A node's first
+//    candidates; counted from its first call or last leaving, and from the last smaller id it
+//    learnt of), so that nodes starting together end in one group: the smallest's. A node's first
 //    call waits up to `join_wait` to be admitted (a joiner enters at the next call); after that it
 //    calls alone (a group of one: its own tensors are the result) until it is admitted.
 // Two groups of two or more that formed apart (a network split) do not merge.
@@ -61,10 +62,14 @@ class StepGroup final : public Protocol {
 
   /// The trainer makes its next call. Returns the call's view when it can start now; none when
   /// it must wait (for an admission or the sequencer's announcement): call again after the next
-  /// message or deadline (ready() tells). A call that cannot start at all (the announcement did
+  /// message or at wake_at(). A call that cannot start at all (the announcement did
   /// not come in time) fails: failed_begin() says why, and the node is alone again.
   std::optional<CallView> begin(Time now);
   bool waiting() const { return waiting_; }
+  /// When a waiting begin() must look again even if no message comes (the end of its wait to be
+  /// admitted, or for the announcement); none when not waiting. The driver's deadline, not the
+  /// Protocol's: on_timer() does not act on it, begin() does.
+  std::optional<Time> wake_at() const;
   /// Why the last begin() could not start its call (empty: it did or is still waiting).
   const std::string& failed_begin() const { return failed_begin_; }
 
@@ -121,7 +126,10 @@ class StepGroup final : public Protocol {
   std::optional<std::pair<std::uint64_t, std::vector<NodeId>>> welcome_;
   std::vector<NodeId> candidates_;
   Time next_ask_{0};
-  Time alone_since_{0};  // when this node was last left alone (or started)
+  // When this node was last left alone, or made its first call (none before: the wait before it
+  // admits smaller ids counts from then, not from the clock's zero).
+  std::optional<Time> alone_since_;
+  Time smaller_since_{0};  // when a smaller candidate last appeared
   std::vector<Outgoing> out_;
 };
 

@@ -96,7 +96,7 @@ const std::map<std::string, Setter>& config_options() {
       {"--outer",
        [](RunConfig& c, const std::string& o, const std::string& v) {
          if (!c.set_outer(v))
-           throw CliError(o + ": expected noloco, diloco or sparseloco, got '" + v + "'");
+           throw CliError(o + ": expected noloco, diloco, sparseloco or none, got '" + v + "'");
          // SparseLoCo's own outer step (Grove's defaults): lr 1.0, no momentum, unless given.
          if (c.sparseloco && c.outer_lr == RunConfig{}.outer_lr) c.outer_lr = 1.0f;
          if (c.sparseloco && c.outer_momentum == RunConfig{}.outer_momentum)
@@ -278,6 +278,7 @@ Node options (any node):
   --data FILE...          text files to train on (this node's own data; each node draws its own
                           random windows). Needs a run bootstrapped with --data.
   --overlap               exchange in the background while the next inner steps run
+                          (at --bootstrap: the run's, every member overlaps)
   --max-steps N           stop after N inner steps on this node
   --checkpoint-every N    write a checkpoint every N rounds
   --checkpoint-minutes M  write a checkpoint every M minutes (with --checkpoint-every: whichever
@@ -315,10 +316,12 @@ Run config (only with --bootstrap; fixed for the run, joiners take it from the s
   --schedule-steps N      cosine decay horizon in inner steps (default 20000)
   --weight-decay X        AdamW weight decay (default 0.1)
   --clip X                gradient-norm clip, 0 = off (default 1)
-  --outer noloco|diloco|sparseloco
+  --outer noloco|diloco|sparseloco|none
                           outer optimiser (default noloco: random pairwise averaging; diloco:
                           group all-reduce of the pseudo-gradient; sparseloco: the group
-                          all-gathers each member's top-k of an error buffer, ~30x fewer bytes)
+                          all-gathers each member's top-k of an error buffer, ~30x fewer bytes;
+                          none: no rounds, the trainers' per-step collectives only, with
+                          --workload external)
   --outer-lr X            DiLoCo Nesterov learning rate (default 0.7; SparseLoCo 1.0)
   --outer-momentum X      DiLoCo Nesterov momentum (default 0.9; SparseLoCo 0)
   --outer-warmup N        DiLoCo: over the first N rounds the outer step ramps from plain
@@ -460,6 +463,7 @@ CliOptions parse_cli(int argc, const char* const* argv) {
     } else if (a == "--overlap") {
       run_only();
       o.overlap = true;
+      o.config.overlap = 1;  // at --bootstrap: the run's
     } else if (a == "--max-steps") {
       run_only();
       o.max_steps = parse_whole(a, value(a), 1, UINT64_MAX / 2);

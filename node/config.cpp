@@ -132,6 +132,7 @@ const std::vector<Field>& fields() {
       u32_field("topk_bits", &RunConfig::topk_bits),
       float_field("error_decay", &RunConfig::error_decay),
       u32_field("fragments", &RunConfig::fragments),
+      u32_field("overlap", &RunConfig::overlap),
       u32_field("window_ms", &RunConfig::window_ms),
       {"data", [](const RunConfig& c) { return std::string(to_string(c.data)); },
        [](RunConfig& c, std::string_view v) {
@@ -235,6 +236,11 @@ std::string RunConfig::check() const {
   if (topk_bits != 32 && topk_bits != 2) return "top-k value bits: 32 or 2";
   if (!in(error_decay, 0, 1)) return "error decay: 0 to 1";
   if (!in(fragments, 1, 64)) return "fragments: 1 to 64";
+  if (!in(overlap, 0, 1)) return "overlap: 0 or 1";
+  if (per_step && workload != WorkloadKind::external)
+    return "outer none (per-step collectives only) needs --workload external: a trainer's "
+           "collectives are the run's only synchronisation";
+  if (per_step && (fragments > 1 || overlap)) return "outer none has no rounds to cut or overlap";
   if (inner_steps % fragments != 0)
     return "fragments: must divide the inner steps (" + std::to_string(inner_steps) +
            "): a round every inner_steps / fragments steps";
@@ -245,11 +251,13 @@ std::string RunConfig::check() const {
 }
 
 std::string RunConfig::outer_name() const {
+  if (per_step) return "none";
   return sparseloco && outer == OuterMode::diloco ? "sparseloco" : to_string(outer);
 }
 
 std::string RunConfig::wire_name() const {
   std::string w;
+  if (per_step) return "the trainers' per-step collectives (no outer rounds)";
   if (outer == OuterMode::diloco && sparseloco)
     w = "top-" + std::to_string(topk) + "/" + std::to_string(topk_chunk) + " " +
         (topk_bits == 2 ? "2-bit" : "fp32") + " + error feedback";
@@ -265,12 +273,20 @@ bool RunConfig::set_outer(std::string_view name) {
   if (name == "sparseloco") {
     outer = OuterMode::diloco;
     sparseloco = true;
+    per_step = false;
+    return true;
+  }
+  if (name == "none") {  // per-step collectives only (outer stays noloco: it never runs)
+    outer = OuterMode::noloco;
+    sparseloco = false;
+    per_step = true;
     return true;
   }
   const auto m = parse_mode(name);
   if (!m) return false;
   outer = *m;
   sparseloco = false;
+  per_step = false;
   return true;
 }
 

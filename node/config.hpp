@@ -89,6 +89,12 @@ struct RunConfig {
   /// two) the topk largest, their values in topk_bits bits (32, or 2: a scale and ±0.5/1.5 of
   /// it); the error buffer decays by error_decay (β_e) each round.
   bool sparseloco = false;
+  /// A per-step run (outer "none"): no outer rounds at all; the trainers synchronise themselves
+  /// every step with collectives (grove.average_gradients, DeMo's exchange). External workloads
+  /// only. The node still keeps the run's membership, state sync for joiners (the run's initial
+  /// θ: a joining trainer takes the group's weights with grove.sync_parameters) and the step
+  /// group of the collectives.
+  bool per_step = false;
   std::uint32_t topk = 64;
   std::uint32_t topk_chunk = 4096;
   std::uint32_t topk_bits = 32;
@@ -100,6 +106,11 @@ struct RunConfig {
   /// pair averages a part drawn from its window; the rest takes the local-only step. 1: whole-model
   /// rounds.
   std::uint32_t fragments = 1;
+  /// Rounds overlapped with the next inner steps (1; --overlap at bootstrap, or the first
+  /// trainer's diloco(overlap=True)): every member of the run runs its rounds in the background
+  /// and mixes their result in later (node/controller.hpp). A node's own --overlap also turns it
+  /// on for that node alone.
+  std::uint32_t overlap = 0;
   /// Inner steps between two rounds: inner_steps / fragments.
   std::uint32_t phase_steps() const { return inner_steps / std::max<std::uint32_t>(fragments, 1); }
   /// Matchmaking window (ms): nodes ready in the same window are paired or grouped. Every member
@@ -111,10 +122,10 @@ struct RunConfig {
   std::uint32_t eval_every = 100;  ///< inner steps between evaluations
   std::uint32_t eval_batches = 8;
 
-  /// "noloco", "diloco" or "sparseloco" (the outer algorithm, as --outer takes it).
+  /// "noloco", "diloco", "sparseloco" or "none" (the outer algorithm, as --outer takes it).
   std::string outer_name() const;
   /// Sets the outer algorithm from its name (--outer, the config text, a trainer's hello);
-  /// false: not one of the three.
+  /// false: not one of the four.
   bool set_outer(std::string_view name);
   /// DiLoCo-mode rounds send compressed messages: SparseLoCo, or DiLoCo with the e3m0 codec.
   bool compressed_rounds() const {

@@ -15,6 +15,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "node/shared_segment.hpp"
 #include "node/shm_segments.hpp"
 #include "optim/floats.hpp"
 #include "transport/error.hpp"
@@ -63,6 +64,9 @@ struct ExternalWorkload::Impl {
   double loss_sum = 0, eval_loss = NAN, last_value = NAN;
   Handoff stats;
   std::size_t losses = 0;
+  // The trainer's collective segment (the latest; operations still running hold older ones).
+  std::shared_ptr<SharedSegment> cseg;
+  std::uint32_t cseg_gen = 0;
 
   bool stopping() const { return o.stopping && o.stopping(); }
   void state(const std::string& s) const {
@@ -466,16 +470,30 @@ StepResult ExternalWorkload::train_step(std::uint64_t) {
       continue;
     }
     i.pending_load = false;
+    // Its step, after any collectives it makes on the way.
     TrainerMessage m;
-    const Got g = i.read_message(i.conn, std::nullopt, m);
+    Got g = Got::closed;
+    bool served = true;  // false: an answer to a collective could not be sent
+    for (;;) {
+      g = i.read_message(i.conn, std::nullopt, m);
+      if (g != Got::message) break;
+      if (const auto* c = std::get_if<TrainerCollective>(&m))
+        served = serve_collective(*c);
+      else if (const auto* b = std::get_if<TrainerBuffer>(&m))
+        served = serve_buffer(*b);
+      else
+        break;
+      if (!served || i.stopping()) break;
+    }
     if (g == Got::stopped) return {NAN, 0};
-    if (g != Got::message) {
+    if (g != Got::message || !served) {
       i.drop("went away");
       continue;
     }
     const auto* s = std::get_if<TrainerStep>(&m);
+    if (!s && i.stopping()) return {NAN, 0};  // (stopping after a collective)
     if (!s) {
-      i.drop("sent something other than a step");
+      i.drop("sent something other than a step or a collective");
       continue;
     }
     if (std::isfinite(s->loss)) {
@@ -485,6 +503,61 @@ StepResult ExternalWorkload::train_step(std::uint64_t) {
     if (std::isfinite(s->eval_loss)) i.eval_loss = s->eval_loss;
     return {s->loss, s->tokens};
   }
+}
+
+bool ExternalWorkload::serve_buffer(const TrainerBuffer& b) {
+  auto& i = *impl_;
+  if (!i.cseg || i.cseg->bytes() != b.bytes) {
+    auto seg = SharedSegment::create(i.o.shm_name + "-c" + std::to_string(++i.cseg_gen),
+                                     static_cast<std::size_t>(b.bytes));
+    if (!seg) {
+      // (The trainer learns of it from its next collective: the segment stays as it was.)
+      spdlog::warn("trainer: no collective segment of {} bytes: {}", b.bytes, seg.why());
+      return i.send(i.conn, encode_segment(i.cseg ? i.cseg->name() : std::string(),
+                                           i.cseg ? i.cseg->bytes() : 0));
+    }
+    i.cseg = std::move(*seg);
+  }
+  return i.send(i.conn, encode_segment(i.cseg->name(), i.cseg->bytes()));
+}
+
+// The call's values sit at the start of the collective segment: its input (recv: where the
+// received values go); a result goes right after the input when it fits there, else into a
+// larger segment (the trainer maps it from the "segment" message that comes first).
+bool ExternalWorkload::serve_collective(const TrainerCollective& c) {
+  auto& i = *impl_;
+  const bool recv = c.kind == CollectiveKind::recv;
+  const std::size_t n = c.kind == CollectiveKind::barrier ? 0 : static_cast<std::size_t>(c.n);
+  const std::size_t at = recv ? 0 : n;  // where the result goes
+  const auto refuse = [&](const std::string& why) {
+    return i.send(i.conn, encode_collective_done(false, why, 0, 0, 1, 0, 0));
+  };
+  if (!i.o.collective) return refuse("this node serves no collectives");
+  if (n > 0 && (!i.cseg || i.cseg->values() < n))
+    return refuse("the collective segment holds " + std::to_string(i.cseg ? i.cseg->values() : 0) +
+                  " values, the call " + std::to_string(n) + " (ask for a larger buffer first)");
+  auto seg = i.cseg;  // the call's segment, held while it runs
+  optim::Floats values = n > 0 ? seg->view(0, n) : optim::Floats{};
+  auto out = seg && !recv ? seg->allocator(at) : optim::FloatAllocator{};
+  auto r = i.o.collective(c, std::move(values), std::move(out));
+  if (!r.ok)
+    return i.send(i.conn, encode_collective_done(false, r.why, r.call, r.rank, r.size, 0, 0));
+  const std::size_t m = r.values.size();
+  if (m > 0 && !(seg && r.values.data() == seg->data() + at)) {
+    // The result is on the heap (it did not fit after the input): into a segment it fits.
+    if (!i.cseg || i.cseg->values() < at + m) {
+      auto bigger = SharedSegment::create(i.o.shm_name + "-c" + std::to_string(++i.cseg_gen),
+                                          (at + m) * sizeof(float));
+      if (!bigger)
+        return i.send(i.conn, encode_collective_done(
+                                  false, "no segment for the call's result: " + bigger.why(),
+                                  r.call, r.rank, r.size, 0, 0));
+      i.cseg = std::move(*bigger);
+      if (!i.send(i.conn, encode_segment(i.cseg->name(), i.cseg->bytes()))) return false;
+    }
+    std::memcpy(i.cseg->data() + at, r.values.data(), m * sizeof(float));
+  }
+  return i.send(i.conn, encode_collective_done(true, {}, r.call, r.rank, r.size, m, at, r.joined));
 }
 
 double ExternalWorkload::evaluate() {

@@ -11,6 +11,11 @@
 // So the trainer is blocked inside step() exactly while the node runs a round without overlap,
 // and shared memory is touched only while the trainer waits.
 //
+// Between two of its steps the trainer may make collectives (grove.all_sum, average_gradients,
+// all_gather, barrier): train_step's wait serves them (Options::collective). Their tensors sit in
+// a second segment, the trainer's collective segment, which the node makes as large as the
+// trainer asks ("buffer") or a result needs: the input at its start, the result right after it.
+//
 // A trainer that goes away (its process died) leaves the node in the swarm: train_step waits
 // for the next trainer, checks its model against the run's, and hands it the node's θ. A second
 // trainer while one is attached is refused. A trainer whose model is not the run's is refused
@@ -22,6 +27,7 @@
 #include <optional>
 #include <string>
 
+#include "node/collectives.hpp"
 #include "node/trainer_protocol.hpp"
 #include "node/workload.hpp"
 
@@ -37,6 +43,12 @@ class ExternalWorkload final : public Workload {
     /// Where a trainer keeps its own state (its welcome names it; it saves there when asked,
     /// after each of the node's checkpoints, and restores from there when it attaches).
     std::string state_file;
+    /// Runs a trainer's collective on `input` (a view of its collective segment), results in
+    /// pages of `out` (the segment, after the input, when they fit); blocks until the call
+    /// ends. None: collectives are answered with an error.
+    std::function<CollectiveOutcome(const TrainerCollective&, optim::Floats input,
+                                    optim::FloatAllocator out)>
+        collective;
   };
   /// Listens on the socket; ConfigError when it cannot (or another node serves it).
   explicit ExternalWorkload(Options o);
@@ -92,6 +104,9 @@ class ExternalWorkload final : public Workload {
   void fetch(std::span<float> out, const optim::Floats* side) const;
   void store(std::span<const float> in, const optim::Floats* side);
   void save_trainer_state();
+  /// Serves a collective or buffer request; false when the trainer went away.
+  bool serve_collective(const TrainerCollective& c);
+  bool serve_buffer(const TrainerBuffer& b);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -7,6 +7,7 @@
 
 #include "node/checkpoint.hpp"
 #include "node/checkpoint_writer.hpp"
+#include "node/collectives.hpp"
 #include "node/console.hpp"
 #include "node/contacts.hpp"
 #include "node/external_workload.hpp"
@@ -106,6 +107,7 @@ struct Node::Impl {
   std::unique_ptr<Workload> workload;
   std::shared_ptr<dht::Membership> members;
   std::shared_ptr<gossip::RoundRuntime> round;
+  std::unique_ptr<Collectives> collectives;  // the trainer's per-step calls (external workloads)
 
   explicit Impl(CliOptions opts) : o(std::move(opts)), console(o.progress) {}
   ~Impl() {
@@ -258,6 +260,9 @@ void Node::Impl::start() {
       self.addresses, round_options(config, o, workload->num_params(), state_dir, floats),
       [this](gossip::RoundReport&& r) { reports.push(std::move(r)); });
   net->attach(members, round, *servers);
+  if (external)
+    collectives = std::make_unique<Collectives>(
+        net->gossip(), net->dht(), members, net->host()->id(), run_name, Collectives::Options{});
   net->on_signal([this](int sig) {
     spdlog::info("signal {}: finishing the round in flight, then leaving", sig);
     stopping = true;
@@ -280,6 +285,35 @@ void Node::Impl::open_trainer_socket() {
     // for it to form a group).
     if (round)
       round->with_engine([idle = s != "training"](gossip::RoundEngine& e) { e.set_idle(idle); });
+  };
+  eo.collective = [this](const TrainerCollective& c, optim::Floats input,
+                         optim::FloatAllocator out) {
+    if (!collectives) {
+      CollectiveOutcome r;
+      r.why = "the node has not joined its run yet";
+      return r;
+    }
+    const auto timeout = std::chrono::milliseconds(static_cast<std::int64_t>(c.timeout_s * 1000));
+    const auto halt = [this] { return stopping.load(); };
+    if (c.kind == CollectiveKind::send || c.kind == CollectiveKind::recv)
+      return collectives->transfer(c.kind == CollectiveKind::send, c.peer, std::move(input),
+                                   timeout, halt);
+    gossip::CallSpec spec;
+    switch (c.kind) {
+      case CollectiveKind::all_reduce:
+        spec.kind = gossip::CallSpec::Kind::all_reduce;
+        break;
+      case CollectiveKind::all_gather:
+        spec.kind = gossip::CallSpec::Kind::all_gather;
+        break;
+      default:
+        spec.kind = gossip::CallSpec::Kind::barrier;
+        break;
+    }
+    spec.mean = c.mean;
+    spec.wire = c.wire;
+    spec.min_size = c.min_size;
+    return collectives->run(spec, std::move(input), std::move(out), timeout, halt);
   };
   external_owner = std::make_unique<ExternalWorkload>(eo);
   console.trainer_socket(path);

@@ -18,10 +18,16 @@ bool lock_segment(int fd) {
 
 bool is_segment_name(const std::string& name) {
   constexpr std::string_view prefix = "grove-";
-  if (name.size() != prefix.size() + 16 || name.compare(0, prefix.size(), prefix) != 0)
-    return false;
-  for (std::size_t i = prefix.size(); i < name.size(); ++i)
+  constexpr std::size_t id_end = prefix.size() + 16;
+  if (name.size() < id_end || name.compare(0, prefix.size(), prefix) != 0) return false;
+  for (std::size_t i = prefix.size(); i < id_end; ++i)
     if (!std::isxdigit(static_cast<unsigned char>(name[i]))) return false;
+  if (name.size() == id_end) return true;
+  // A collective segment: "-c" and 1 to 9 digits.
+  if (name.size() < id_end + 3 || name.size() > id_end + 11 || name.compare(id_end, 2, "-c") != 0)
+    return false;
+  for (std::size_t i = id_end + 2; i < name.size(); ++i)
+    if (!std::isdigit(static_cast<unsigned char>(name[i]))) return false;
   return true;
 }
 

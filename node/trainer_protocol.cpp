@@ -230,7 +230,7 @@ transport::Result<TrainerMessage> decode_trainer_message(std::span<const std::ui
   if (const auto* o = field(m, "outer"); o && o->type != msgpack::type::NIL) {
     std::string s;
     if (!mp::get_str(*o, 16, s) || !RunConfig{}.set_outer(s))
-      return bad("hello: outer is noloco, diloco or sparseloco");
+      return bad("hello: outer is noloco, diloco, sparseloco or none");
     h.outer = s;
   }
   if (const auto* o = field(m, "codec"); o && o->type != msgpack::type::NIL) {
@@ -251,7 +251,8 @@ transport::Result<TrainerMessage> decode_trainer_message(std::span<const std::ui
        {std::tuple{"outer_warmup", &h.outer_warmup, 0u, 1'000'000u},
         std::tuple{"noloco_group", &h.noloco_group, 2u, 64u},
         std::tuple{"noloco_nesterov", &h.noloco_nesterov, 0u, 1u},
-        std::tuple{"noloco_warmup", &h.noloco_warmup, 0u, 1'000'000u}})
+        std::tuple{"noloco_warmup", &h.noloco_warmup, 0u, 1'000'000u},
+        std::tuple{"overlap", &h.overlap, 0u, 1u}})
     if (const auto* o = field(m, key); o && o->type != msgpack::type::NIL) {
       if (!mp::get_u64(*o, v) || v < least || v > most)
         return bad(std::string("hello: ") + key + " is " + std::to_string(least) + " to " +
@@ -371,10 +372,11 @@ std::vector<std::uint8_t> encode_trainer_message(const TrainerMessage& msg) {
         opt(p, "noloco_beta", h.noloco_beta);
         opt(p, "noloco_gamma", h.noloco_gamma);
         opt(p, "noloco_lookahead", h.noloco_lookahead);
-        for (auto [key, v] : {std::pair{"outer_warmup", &h.outer_warmup},
-                              std::pair{"noloco_group", &h.noloco_group},
-                              std::pair{"noloco_nesterov", &h.noloco_nesterov},
-                              std::pair{"noloco_warmup", &h.noloco_warmup}}) {
+        for (auto [key, v] :
+             {std::pair{"outer_warmup", &h.outer_warmup},
+              std::pair{"noloco_group", &h.noloco_group},
+              std::pair{"noloco_nesterov", &h.noloco_nesterov},
+              std::pair{"noloco_warmup", &h.noloco_warmup}, std::pair{"overlap", &h.overlap}}) {
           mp::pack_str(p, key);
           if (*v)
             p.pack_uint32(**v);
@@ -384,7 +386,7 @@ std::vector<std::uint8_t> encode_trainer_message(const TrainerMessage& msg) {
         mp::pack_str(p, "pid");
         p.pack_uint64(h.pid);
       },
-      21);
+      22);
 }
 
 void apply_hello(const TrainerHello& h, RunConfig& c) {
@@ -411,6 +413,7 @@ void apply_hello(const TrainerHello& h, RunConfig& c) {
   if (h.noloco_group) c.noloco_group = *h.noloco_group;
   if (h.noloco_nesterov) c.noloco_nesterov = *h.noloco_nesterov;
   if (h.noloco_warmup) c.noloco_warmup = *h.noloco_warmup;
+  if (h.overlap) c.overlap = *h.overlap;
 }
 
 std::string check_hello(const TrainerHello& h, const RunConfig& c) {
@@ -439,6 +442,10 @@ std::string check_hello(const TrainerHello& h, const RunConfig& c) {
   if (h.inner_steps && h.inner_steps != c.inner_steps)
     return "run " + c.run_name() + " has " + std::to_string(c.inner_steps) +
            " inner steps per round; this trainer asked for " + std::to_string(h.inner_steps);
+  if (h.overlap && *h.overlap != c.overlap)
+    return "run " + c.run_name() + (c.overlap ? " overlaps" : " does not overlap") +
+           " its rounds with the inner steps; this trainer asked for " +
+           (*h.overlap ? "overlap" : "none");
   if (h.fragments && h.fragments != c.fragments)
     return "run " + c.run_name() + " has " + std::to_string(c.fragments) +
            " streaming fragments; this trainer asked for " + std::to_string(h.fragments);
@@ -515,7 +522,8 @@ std::vector<std::uint8_t> encode_bye(const std::string& why) {
 
 std::vector<std::uint8_t> encode_collective_done(bool ok, const std::string& why,
                                                  std::uint64_t call, std::uint32_t rank,
-                                                 std::uint32_t size, std::uint64_t n) {
+                                                 std::uint32_t size, std::uint64_t n,
+                                                 std::uint64_t at, bool joined) {
   return pack_map(
       "done",
       [&](mp::Packer& p) {
@@ -531,8 +539,12 @@ std::vector<std::uint8_t> encode_collective_done(bool ok, const std::string& why
         p.pack_uint32(size);
         mp::pack_str(p, "n");
         p.pack_uint64(n);
+        mp::pack_str(p, "at");
+        p.pack_uint64(at);
+        mp::pack_str(p, "joined");
+        p.pack(joined);
       },
-      6);
+      8);
 }
 
 std::vector<std::uint8_t> encode_segment(const std::string& shm, std::uint64_t bytes) {

@@ -9,7 +9,7 @@
 //   trainer → node   hello   {version, tensors: [[name, [dims…], dtype]…], outer, inner_steps,
 //                             outer_lr, outer_momentum, outer_warmup, noloco_alpha, noloco_beta,
 //                             noloco_gamma, noloco_group, noloco_lookahead,
-//                             noloco_nesterov, noloco_warmup,
+//                             noloco_nesterov, noloco_warmup, overlap,
 //                             pid}  (the algorithm fields are used only to create a run)
 //                    step    {loss, tokens, eval_loss}  one call of the trainer's step(); it then
 //                                                       waits for "go"
@@ -34,10 +34,13 @@
 //                    go      {load}                     go on (after loading the parameters from
 //                                                       shared memory when load is true)
 //                    bye     {why}                      the node is leaving
-//                    done    {ok, why, call, rank, size, n}
+//                    done    {ok, why, call, rank, size, n, at, joined}
 //                                                       a collective's end: its n result values
-//                                                       are at the start of the collective
-//                                                       segment; rank and size in its group
+//                                                       are at value `at` of the collective
+//                                                       segment (after the call's input); rank
+//                                                       and size in the call's group; joined:
+//                                                       it has a member this one's previous
+//                                                       call did not
 //                    segment {shm, bytes}               the collective segment (after "buffer",
 //                                                       or when a result needed it larger)
 //
@@ -90,6 +93,8 @@ struct TrainerHello {
   /// DiLoCo's outer warm-up in rounds, NoLoCo's group size, rule (0 paper, 1 nesterov) and
   /// warm-up (none: not given).
   std::optional<std::uint32_t> outer_warmup, noloco_group, noloco_nesterov, noloco_warmup;
+  /// Rounds overlapped with the next inner steps (RunConfig::overlap; none: not given).
+  std::optional<std::uint32_t> overlap;
   std::optional<WireCodec> codec;
   /// SparseLoCo's numbers (RunConfig); 0 / none: not given.
   std::uint32_t topk = 0, topk_chunk = 0, topk_bits = 0;
@@ -150,10 +155,11 @@ std::vector<std::uint8_t> encode_save();
 std::vector<std::uint8_t> encode_go(bool load, std::size_t lo = 0,
                                     std::optional<std::size_t> hi = std::nullopt);
 std::vector<std::uint8_t> encode_bye(const std::string& why);
-/// A collective's end: `n` result values in the collective segment (when ok).
+/// A collective's end: `n` result values at value `at` of the collective segment (when ok).
 std::vector<std::uint8_t> encode_collective_done(bool ok, const std::string& why,
                                                  std::uint64_t call, std::uint32_t rank,
-                                                 std::uint32_t size, std::uint64_t n);
+                                                 std::uint32_t size, std::uint64_t n,
+                                                 std::uint64_t at, bool joined = false);
 std::vector<std::uint8_t> encode_segment(const std::string& shm, std::uint64_t bytes);
 
 }  // namespace grove::node

@@ -64,7 +64,7 @@ Time now_ms() {
 
 ControllerOptions controller_options(const CliOptions& o, const RunConfig& c, std::size_t params) {
   ControllerOptions co;
-  co.overlap = o.overlap;
+  co.overlap = o.overlap || c.overlap != 0;
   co.window = Time(c.window_ms);
   // Checkpoints: as asked; by default every round for a small state, every 10 minutes for one of
   // 1 GB or more (a checkpoint writes the whole outer state, 8 bytes a parameter).
@@ -266,7 +266,10 @@ void Loop::execute(const Action& a) {
       s_.round->with_engine([t = a.time](gossip::RoundEngine& e) { e.set_group_wait(t); });
       return;
     case Kind::checkpoint:
-      if (started_) checkpoint();
+      // (A per-step run's weights are its trainers': the node's φ is the run's initial θ, and a
+      // checkpoint of it would bring a restarted node back to the start. Its trainers keep their
+      // state themselves and take the group's weights with grove.sync_parameters.)
+      if (started_ && !s_.config.per_step) checkpoint();
       return;
     case Kind::leave:
       // Leaving: say so in the member record and remove it while the checkpoint is written.
@@ -320,7 +323,10 @@ void Loop::inner_phase() {
   const auto t0 = SteadyClock::now();
   std::uint64_t phase_tokens = 0;
   const auto& o = s_.o;
-  for (std::uint32_t h = 0; h < s_.config.phase_steps(); ++h) {
+  // A per-step run (outer none) has no rounds: one phase until the node stops or reaches
+  // --max-steps (its trainer synchronises itself with collectives between the steps).
+  const bool endless = s_.config.per_step;
+  for (std::uint32_t h = 0; endless || h < s_.config.phase_steps(); ++h) {
     if (s_.stopping || (o.max_steps && t_.progress.step >= *o.max_steps)) break;
     const auto s0 = SteadyClock::now();
     const auto r = s_.workload.train_step(t_.progress.step);
@@ -345,6 +351,10 @@ void Loop::inner_phase() {
                     s_.workload.loss_floor());
   }
   if (s_.stopping) return;  // abandoned: the loop tells the controller
+  if (endless) {
+    ctl_.finish(now_ms());  // (--max-steps: leave as after a last round)
+    return;
+  }
   const auto phase = SteadyClock::now() - t0;
   const double secs = std::chrono::duration<double>(phase).count();
   t_.tokens_per_s = secs > 0 ? static_cast<double>(phase_tokens) / secs : 0;

@@ -118,6 +118,14 @@ void GossipNetwork::attach(const NodeId& node, std::unique_ptr<gossip::Protocol>
   hand_over(node, op);
 }
 
+void GossipNetwork::poke(const NodeId& node, const OpId& op) {
+  auto& n = nodes_.at(node);
+  auto it = n.ops.find(op);
+  if (!n.alive || n.hung || it == n.ops.end()) return;
+  collect(node, *it->second);
+  schedule_timer(node, *it->second);
+}
+
 void GossipNetwork::collect(const NodeId& node, gossip::Protocol& p) {
   auto& n = nodes_.at(node);
   for (auto& o : p.take_outgoing()) {

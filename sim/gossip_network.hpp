@@ -56,6 +56,9 @@ class GossipNetwork {
   /// Starts an operation on `node` now; messages for its op that arrived early are delivered.
   void attach(const gossip::NodeId& node, std::unique_ptr<gossip::Protocol> p);
   gossip::Protocol* protocol(const gossip::NodeId& node, const gossip::OpId& op);
+  /// An operation's driver called into it from outside (a StepGroup's begin() and end()): its
+  /// messages are sent and its timer set now.
+  void poke(const gossip::NodeId& node, const gossip::OpId& op);
 
   void kill(const gossip::NodeId& node);
   /// Kills `node` at the instant its cumulative sent bytes reach `offset` (set it before the

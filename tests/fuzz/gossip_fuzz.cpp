@@ -8,6 +8,8 @@
 // Properties checked (a violation traps):
 //   - decode_message never crashes; what it accepts re-encodes to bytes that decode to the same
 //     header and payload;
+//   - a receiving and a sending Transfer (grove.recv / grove.send) get every message from peer 0
+//     too: a received tensor that completes has the size asked for and is finite;
 //   - a StepGroup (the per-step collectives' views) gets every message too and begins and ends a
 //     call every few inputs: every view it begins is sorted, names itself, repeats nobody and
 //     stays within its size limit;
@@ -40,6 +42,7 @@
 #include "gossip/state_sync.hpp"
 #include "gossip/step_group.hpp"
 #include "gossip/step_work.hpp"
+#include "gossip/transfer.hpp"
 #include "tests/fuzz/gossip_fuzz.hpp"
 
 namespace {
@@ -58,6 +61,14 @@ struct State {
   std::unique_ptr<gossip::GroupExchange> exchange;
   std::unique_ptr<gossip::RingAllGather> gather[kGathers];
   std::unique_ptr<gossip::StepGroup> group;
+  std::unique_ptr<gossip::Transfer> recv, send;
+
+  void fresh_transfers() {
+    gossip::TransferOptions o;
+    o.chunk_values = kChunk;
+    recv = gossip::Transfer::receive(op(), peer(0), optim::Floats(kRingValues, 0.0f), o, now);
+    send = gossip::Transfer::send(op(), peer(0), optim::Floats(kRingValues, 0.25f), o, now);
+  }
 
   void fresh_ring() {
     gossip::AllReduceOptions o;
@@ -114,6 +125,13 @@ void check_results(State& s) {
       check(optim::all_finite(s.gather[i]->result()));
     }
     s.fresh_gather(i);
+  }
+  if (s.recv->finished() || s.send->finished()) {
+    if (s.recv->status() == gossip::OpStatus::done) {
+      const auto r = s.recv->take_result();
+      check(r.size() == kRingValues && optim::all_finite(r));
+    }
+    s.fresh_transfers();
   }
   if (s.exchange->finished()) {
     check(s.exchange->mean().size() == 1 && s.exchange->mean()[0].size() == kExchangeValues);
@@ -213,6 +231,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     State st;
     st.fresh_ring();
     st.fresh_exchange();
+    st.fresh_transfers();
     for (int i = 0; i < kGathers; ++i) st.fresh_gather(i);
     st.group = std::make_unique<gossip::StepGroup>(op(), peer(1));
     st.group->set_candidates({peer(0), peer(2)}, st.now);
@@ -221,6 +240,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (++s.inputs % 5000 == 0) {
     s.fresh_ring();
     s.fresh_exchange();
+    s.fresh_transfers();
     for (int i = 0; i < kGathers; ++i) s.fresh_gather(i);
   }
   if (size == 0) return 0;
@@ -254,6 +274,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     else
       s.ring->on_message(from, *m, s.now);
     s.group->on_message(from, *m, s.now);
+    s.recv->on_message(from, *m, s.now);
+    s.send->on_message(from, *m, s.now);
   }
   step_group(s);
   if (s.inputs % 8 == 0) {
@@ -261,10 +283,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     s.ring->on_timer(s.now);
     s.exchange->on_timer(s.now);
     for (auto& g : s.gather) g->on_timer(s.now);
+    s.recv->on_timer(s.now);
+    s.send->on_timer(s.now);
   }
   drain(*s.ring, {0, 2});
   drain(*s.exchange, {0});
   for (auto& g : s.gather) drain(*g, {0, 2});
+  drain(*s.recv, {0});
+  drain(*s.send, {0});
   check_results(s);
   return 0;
 }

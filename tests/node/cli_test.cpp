@@ -185,7 +185,7 @@ TEST(Cli, BadInputNamesTheProblem) {
             std::string::npos);
   EXPECT_NE(error_of({"--bootstrap", "--inner-steps", "ten"}).find("got 'ten'"), std::string::npos);
   EXPECT_NE(error_of({"--bootstrap", "--lr", "-1"}).find("--lr"), std::string::npos);
-  EXPECT_NE(error_of({"--bootstrap", "--outer", "sgd"}).find("noloco, diloco or sparseloco"),
+  EXPECT_NE(error_of({"--bootstrap", "--outer", "sgd"}).find("noloco, diloco, sparseloco or none"),
             std::string::npos);
   EXPECT_NE(error_of({"--peer", "nohost"}).find("HOST:PORT"), std::string::npos);
   EXPECT_NE(error_of({"--peer", "h:70000"}).find("port"), std::string::npos);

@@ -69,12 +69,18 @@ TEST_F(ShmSweep, ALockIsTheOwnersUntilItCloses) {
   ::close(again);
 }
 
-TEST(ShmSegmentName, IsGroveAndSixteenHexDigits) {
+TEST(ShmSegmentName, IsGroveAndSixteenHexDigitsThenACollectiveNumber) {
   EXPECT_TRUE(is_segment_name("grove-0123456789abcdef"));
   EXPECT_FALSE(is_segment_name("grove-0123456789abcde"));
   EXPECT_FALSE(is_segment_name("grove-0123456789abcdeg"));
   EXPECT_FALSE(is_segment_name("other-0123456789abcdef"));
   EXPECT_FALSE(is_segment_name("grove-0123456789abcdef0"));
+  EXPECT_TRUE(is_segment_name("grove-0123456789abcdef-c1"));
+  EXPECT_TRUE(is_segment_name("grove-0123456789abcdef-c123456789"));
+  EXPECT_FALSE(is_segment_name("grove-0123456789abcdef-c"));
+  EXPECT_FALSE(is_segment_name("grove-0123456789abcdef-c1234567890"));
+  EXPECT_FALSE(is_segment_name("grove-0123456789abcdef-c1x"));
+  EXPECT_FALSE(is_segment_name("grove-0123456789abcdef-d1"));
 }
 
 }  // namespace

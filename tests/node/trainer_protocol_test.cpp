@@ -229,6 +229,43 @@ TEST(TrainerProtocol, TheFirstTrainerMakesTheRunAndLaterOnesMustMatchIt) {
   other = h;
   other.version = 2;
   EXPECT_NE(check_hello(other, c).find("protocol version"), std::string::npos);
+  // Overlapped rounds are the run's, set by the first trainer (grove.diloco(overlap=True)).
+  other = h;
+  other.overlap = 1;
+  EXPECT_NE(check_hello(other, c).find("does not overlap"), std::string::npos);
+  auto overlapped = c;
+  apply_hello(other, overlapped);
+  EXPECT_EQ(overlapped.overlap, 1u);
+  EXPECT_NE(overlapped.run_name(), c.run_name());
+  EXPECT_EQ(check_hello(other, overlapped), "");
+  EXPECT_EQ(check_hello(h, overlapped), "");  // (a trainer that does not say)
+  back = parse_run_config(overlapped.to_text());
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->overlap, 1u);
+  auto wire = decode_trainer_message(encode_trainer_message(other));
+  ASSERT_TRUE(wire);
+  EXPECT_EQ(std::get<TrainerHello>(*wire).overlap, std::optional<std::uint32_t>(1));
+  // A per-step run (grove.init(model), DDP and DeMo scripts): outer none, no rounds.
+  other = h;
+  other.outer = "none";
+  other.fragments = 0;
+  RunConfig ps;
+  ps.workload = WorkloadKind::external;
+  apply_hello(other, ps);
+  EXPECT_EQ(ps.check(), "");
+  EXPECT_TRUE(ps.per_step);
+  EXPECT_EQ(ps.outer_name(), "none");
+  back = parse_run_config(ps.to_text());
+  ASSERT_TRUE(back);
+  EXPECT_TRUE(back->per_step);
+  EXPECT_EQ(*back, ps);
+  EXPECT_NE(check_hello(h, ps).find("uses none"), std::string::npos);
+  EXPECT_EQ(check_hello(other, ps), "");
+  RunConfig builtin;  // (a built-in workload has no trainer to synchronise it)
+  ASSERT_TRUE(builtin.set_outer("none"));
+  EXPECT_NE(builtin.check().find("--workload external"), std::string::npos);
+  ps.fragments = 5;
+  EXPECT_NE(ps.check().find("no rounds"), std::string::npos);
   // A trainer that leaves the algorithm to the run is welcome.
   other = h;
   other.outer.reset();

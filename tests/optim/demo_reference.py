@@ -61,6 +61,34 @@ class Tensor:
         return z.scatter_reduce(-1, idx, val, reduce="mean", include_self=False)
 
 
+def step(ts, p_all, deltas, grads, lr, decay, wd):
+    """One DeMo step of every member on the flat parameters p_all (the tensors `ts` one after
+    the other), in place: deltas[m] and grads[m] are member m's momentum and gradient. Returns
+    G, the pre-sign update."""
+    g_all = torch.zeros(p_all.numel())
+    lo = 0
+    for t in ts:
+        sl = slice(lo, lo + t.n)
+        idxs, vals = [], []
+        for m in range(len(deltas)):
+            d = deltas[m][sl]
+            d.mul_(decay).add_(grads[m][sl], alpha=lr)
+            c = t.encode(d)
+            idx = torch.topk(c.abs(), t.k, dim=-1, largest=True, sorted=False).indices
+            val = torch.gather(c, -1, idx)
+            d.sub_(t.decode(t.scatter_mean(idx, val)))
+            idxs.append(idx)
+            vals.append(val)
+        g = t.decode(t.scatter_mean(torch.cat(idxs, -1), torch.cat(vals, -1)))
+        p = p_all[sl]
+        if wd != 0:
+            p.mul_(1 - lr * wd)
+        p.add_(torch.sign(g), alpha=-lr)
+        g_all[sl] = g
+        lo += t.n
+    return g_all
+
+
 def main(inp, out):
     warnings.filterwarnings("ignore", message="scatter_reduce")
     raw = open(inp, "rb").read()
@@ -80,27 +108,7 @@ def main(inp, out):
     deltas = [torch.zeros(total) for _ in range(members)]
     results = []
     for s in range(steps):
-        g_all = torch.zeros(total)
-        lo = 0
-        for t in ts:
-            sl = slice(lo, lo + t.n)
-            idxs, vals = [], []
-            for m in range(members):
-                d = deltas[m][sl]
-                d.mul_(decay).add_(grads[s, m, sl], alpha=lr)
-                c = t.encode(d)
-                idx = torch.topk(c.abs(), t.k, dim=-1, largest=True, sorted=False).indices
-                val = torch.gather(c, -1, idx)
-                d.sub_(t.decode(t.scatter_mean(idx, val)))
-                idxs.append(idx)
-                vals.append(val)
-            g = t.decode(t.scatter_mean(torch.cat(idxs, -1), torch.cat(vals, -1)))
-            p = p_all[sl]
-            if wd != 0:
-                p.mul_(1 - lr * wd)
-            p.add_(torch.sign(g), alpha=-lr)
-            g_all[sl] = g
-            lo += t.n
+        g_all = step(ts, p_all, deltas, grads[s], lr, decay, wd)
         results += [p_all.clone(), deltas[0].clone(), g_all]
     open(out, "wb").write(torch.cat(results).numpy().astype("<f4").tobytes())
 

@@ -39,8 +39,10 @@ import msgpack
 import numpy as np
 import torch
 
-__all__ = ["attach", "Node", "Outer", "GroveError", "Refused", "NodeGone", "NodeStopped",
-           "default_socket"]
+__all__ = ["attach", "init", "Node", "Outer", "GroveError", "Refused", "NodeGone", "NodeStopped",
+           "CollectiveError", "World", "all_sum", "average_gradients", "all_gather", "barrier",
+           "send", "recv", "recv_like", "is_available", "rank", "world_size", "default_socket",
+           "diloco", "sparseloco", "noloco", "demo", "report", "sync_parameters"]
 
 PROTOCOL = 1
 #: Values per chunk when parameters that cannot live in the shared memory (GPU, not float32) are
@@ -108,7 +110,32 @@ def attach(socket=None, state_dir=None, start=None, node_binary=None, timeout=60
                              "or pass start=[...])" % path)
         time.sleep(0.1)
         sock = _connect(path)
-    return Node(sock, path, process)
+    node = Node(sock, path, process)
+    _set_current(node)
+    return node
+
+
+def init(model=None, socket=None, state_dir=None, start=None, node_binary=None, timeout=60.0):
+    """Grove's entry point: the :class:`World` of the node this process is attached to,
+    attaching first (as :func:`attach`, same arguments) when it is not. With ``model`` (and no
+    algorithm chosen yet) the run is a per-step one (:meth:`Node.per_step`), as Grove's data
+    parallel scripts are; else choose the algorithm (``grove.diloco(model, ...)``) before the
+    first collective::
+
+        world = grove.init(model)
+        for batch in loader:
+            loss_fn(model(batch)).backward()
+            grove.average_gradients(model)        # every step, over the swarm's group
+            opt.step(); opt.zero_grad()
+    """
+    from . import api
+    node = api._current
+    if node is None or node._sock is None:
+        node = attach(socket=socket, state_dir=state_dir, start=start, node_binary=node_binary,
+                      timeout=timeout)
+    if model is not None and node._outer is None:
+        node.per_step(model)
+    return World(node)
 
 
 def _connect(path):
@@ -137,10 +164,18 @@ class Node:
         self._tokens = 0
         self._kept = {}  # name → an object with state_dict() / load_state_dict()
         self._state_file = None  # where the node has the trainer keep its state
+        self._collectives = None
         self.run = None  #: the run's name, once attached
         #: After attaching: None, or what was restored from the trainer's saved state
         #: (``{"steps": N, "kept": [names]}``, N the step() calls made when it was saved).
         self.restored = None
+
+    @property
+    def collectives(self):
+        """This node's per-step collectives (:class:`grove.collective.Collectives`)."""
+        if self._collectives is None:
+            self._collectives = Collectives(self)
+        return self._collectives
 
     # ---- the algorithm -------------------------------------------------------------------
     def noloco(self, model, inner_steps=50, alpha=None, beta=None, gamma=None, fragments=None,
@@ -180,7 +215,7 @@ class Node:
         return self._hello(model, fields)
 
     def diloco(self, model, inner_steps=500, outer_lr=0.7, momentum=0.9, codec=None,
-               fragments=None, warmup=None):
+               fragments=None, warmup=None, overlap=None):
         """DiLoCo: all-reduce of the outer gradients within groups, Nesterov outer step.
 
         ``warmup=W``: over the first W rounds the outer step ramps from plain averaging (lr 1, no
@@ -200,10 +235,12 @@ class Node:
             fields["fragments"] = fragments
         if warmup is not None:
             fields["outer_warmup"] = warmup
+        if overlap is not None:
+            fields["overlap"] = 1 if overlap else 0
         return self._hello(model, fields)
 
     def sparseloco(self, model, inner_steps=30, outer_lr=1.0, topk=64, chunk=4096, bits=32,
-                   error_decay=0.95, momentum=0.0, fragments=None):
+                   error_decay=0.95, momentum=0.0, fragments=None, overlap=None):
         """SparseLoCo: each member of a group sends the ``topk`` largest values of each ``chunk``
         of an error buffer (its outer gradients not sent yet), in 32 or 2 ``bits``; the group
         steps with their mean. Grove's defaults: H 30, lr 1.0, top-64 of 4096, decay 0.95.
@@ -214,7 +251,17 @@ class Node:
                   "error_decay": error_decay}
         if fragments is not None:
             fields["fragments"] = fragments
+        if overlap is not None:
+            fields["overlap"] = 1 if overlap else 0
         return self._hello(model, fields)
+
+    def per_step(self, model):
+        """A per-step run (``outer none``): no outer rounds; the trainers keep in step with
+        per-step collectives (``grove.average_gradients`` every step, DeMo's exchange). Fixes
+        the run's model (and that it is per-step) when this trainer starts the run. Returns the
+        :class:`Outer`: call its ``step()`` once a step (it reports the loss; the node never
+        changes the weights)."""
+        return self._hello(model, {"outer": "none"})
 
     def keep(self, **objects):
         """Make objects part of this trainer's state: the inner optimiser, a learning-rate
@@ -251,6 +298,8 @@ class Node:
         :func:`attach` started."""
         if self._outer is not None:
             self._outer._release()
+        if self._collectives is not None:
+            self._collectives.close()
         if self._sock is not None:
             self._sock.close()
             self._sock = None
@@ -427,16 +476,34 @@ class Outer:
             self._slots.append([p, view, zero_copy, False])  # last: re-pointed already
         self.steps = 0
 
-    def step(self):
+    def step(self, model=None):
         """One inner step done: tell the node, then do what it asks (store or load the weights)
-        until it says go on. Raises NodeStopped when the node has ended its run, NodeGone when
-        it died."""
+        until it says go on. Returns True when this call ended an inner phase (the node ran an
+        outer round: Grove's ``step(model)`` returns True at a sync; ``model`` is accepted for
+        Grove's signature and not needed: the node has the model since :meth:`Node.diloco`).
+        Raises NodeStopped when the node has ended its run, NodeGone when it died."""
         n = self._node
         msg = {"op": "step", "loss": n._loss, "tokens": n._tokens, "eval_loss": n._eval_loss}
         n._eval_loss = None
         n._send(msg)
         self.steps += 1
         self._serve()
+        if self.outer == "none":
+            return False  # (a per-step run has no rounds)
+        phase = max(1, int(self.inner_steps or 1) // max(1, int(self.fragments or 1)))
+        return self.steps % phase == 0
+
+    @property
+    def inner_step(self):
+        """Grove's name: the step() calls made (in this run, restored ones included)."""
+        return self.steps
+
+    @property
+    def outer_step(self):
+        """Grove's name: the inner phases ended (outer rounds this trainer took part in or
+        skipped alone)."""
+        phase = max(1, int(self.inner_steps or 1) // max(1, int(self.fragments or 1)))
+        return self.steps // phase
 
     def _serve(self):
         n = self._node
@@ -586,3 +653,10 @@ class Outer:
                 if pointed:
                     p.data = view.clone()
                     slot[3] = False
+
+
+# Grove's per-step collectives and module-level API (after the names they use are defined).
+from .collective import Collectives, CollectiveError  # noqa: E402
+from .api import (World, _set_current, all_gather, all_sum, average_gradients, barrier,  # noqa
+                  demo, diloco, is_available, noloco, rank, recv, recv_like, report, send,
+                  sparseloco, sync_parameters, world_size)
