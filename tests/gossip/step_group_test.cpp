@@ -172,6 +172,31 @@ TEST(StepGroup, NodesThatStartTogetherEndInOneGroup) {
   h.expect_consistent();
 }
 
+// A node that has called alone for a long time (it knew nobody) and then learns of a smaller and
+// a larger id: it leaves the smaller one time to admit it before it admits the larger one itself,
+// so the three end in one group (the smallest's), not in two that never merge.
+TEST(StepGroup, ANodeLongAloneLetsASmallerOneAdmitItFirst) {
+  Harness h;
+  h.add(2, {});
+  h.run_until(2000);
+  ASSERT_EQ(h.last_view_size(2), 1u);
+  h.add(1, {2, 3});
+  h.add(3, {1, 2});
+  h.members[id_of(2)].g->set_candidates({id_of(1), id_of(3)}, h.now);
+  h.run_until(5000);
+  for (int i = 1; i <= 3; ++i) {
+    EXPECT_EQ(h.last_view_size(i), 3u) << i;
+    // No pair formed first: each one's first call with others was with both.
+    const auto& d = h.members[id_of(i)].done;
+    const auto first =
+        std::find_if(d.begin(), d.end(), [](const CallView& v) { return v.members.size() > 1; });
+    ASSERT_NE(first, d.end()) << i;
+    EXPECT_EQ(first->members.size(), 3u) << i;
+    EXPECT_EQ(h.members[id_of(i)].failed, 0) << i;
+  }
+  h.expect_consistent();
+}
+
 TEST(StepGroup, AMemberThatDiesIsDroppedAndTheOthersGoOn) {
   for (int dead : {1, 2}) {  // the sequencer, then another member
     Harness h;
