@@ -37,6 +37,7 @@ struct Collectives::Shared {
 
   // The trainer's thread's.
   std::uint64_t tag = 0;
+  Clock::time_point refreshed{};  // the member view was last read then
   gossip::OpDeadlines deadlines;
   std::size_t last_size = 2;
 };
@@ -238,6 +239,7 @@ Collectives::~Collectives() = default;
 
 void Collectives::refresh_members() {
   auto sh = sh_;
+  sh->refreshed = Clock::now();
   std::map<gossip::NodeId, std::string> addresses;
   try {
     sh->dht->post_wait([&](dht::DhtNode&, dht::Time) {
@@ -358,7 +360,9 @@ CollectiveOutcome Collectives::run(const CallSpec& spec, optim::Floats input,
                                    optim::FloatAllocator out, std::chrono::milliseconds timeout,
                                    const std::function<bool()>& stopping) {
   auto sh = sh_;
-  refresh_members();
+  // The member view once every `refresh` (a DHT round trip: not on every call of a training
+  // loop that makes hundreds a minute).
+  if (Clock::now() >= sh->refreshed + sh->o.refresh) refresh_members();
   const std::uint64_t n = input.size();
   const std::uint64_t bytes = wire_bytes(spec, n);
   const Time t0 = gossip::GossipRuntime::now();
