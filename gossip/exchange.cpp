@@ -34,6 +34,8 @@ GroupExchange::GroupExchange(OpId op, NodeId self, std::vector<NodeId> group,
     : op_(op), self_(self), own_(std::move(tensors)), opts_(std::move(opts)), started_(now) {
   for (const auto& id : group)  // (checked by create())
     if (id != self_) peers_.emplace(id, Incoming{});
+  fold_ = peers_.size() == 1;
+  if (fold_) scratch_.resize(opts_.chunk_values);
   // No pass over our tensors before the first byte (at the size of a model whose state is in
   // the node's pages, a pass reads gigabytes from the disk, longer than a partner waits for
   // us): each chunk is checked (finite) and adds to our norm as the first partner's stream
@@ -54,6 +56,12 @@ GroupExchange::GroupExchange(OpId op, NodeId self, std::vector<NodeId> group,
 
 std::size_t GroupExchange::chunks_of(std::size_t tensor) const {
   return (own_[tensor].size() + opts_.chunk_values - 1) / opts_.chunk_values;
+}
+
+std::size_t GroupExchange::position(std::size_t tensor, std::size_t chunk) const {
+  std::size_t p = chunk;
+  for (std::size_t t = 0; t < tensor && t < own_.size(); ++t) p += chunks_of(t);
+  return p;
 }
 
 bool GroupExchange::check_own(std::size_t tensor, std::size_t chunk) {
@@ -121,7 +129,12 @@ void GroupExchange::fill(const NodeId& to, Incoming& in, Time now) {
                                encoded_size(opts_.codec, len), &payload);
       // (Every value is finite: check_own() said so.)
       encode_values(opts_.codec, std::span<const float>(tensor).subspan(off, len), payload);
-      tensor.release(off, off + len);
+      // In a pair our chunk is read again when the partner's arrives: it stays in memory if
+      // that is near (released then), and leaves now if the partner's stream is far behind.
+      const std::size_t here = position(s.tensor, s.chunk);
+      const std::size_t got = position(in.tensor, in.next);
+      if (!fold_ || in.state != Incoming::receiving || got > here || here - got > kFoldLead)
+        tensor.release(off, off + len);
       s.hasher->update(payload);
       send(to, std::move(b), now);
       ++s.chunk;
@@ -236,11 +249,25 @@ void GroupExchange::on_chunk(const NodeId& from, Incoming& in, const Message& m)
       m.payload.size() != encoded_size(opts_.codec, len))
     return drop(from, in, "chunk size or codec mismatch");
   auto& staged = in.staged[in.tensor];
-  if (decode_values(opts_.codec, m.payload, std::span<float>(staged).subspan(off, len)) !=
-      optim::CodecError::ok)
+  const std::span<float> into =
+      fold_ ? std::span<float>(scratch_).first(len) : std::span<float>(staged).subspan(off, len);
+  if (decode_values(opts_.codec, m.payload, into) != optim::CodecError::ok)
     return drop(from, in, "chunk undecodable or not finite");
-  const double nrm = optim::l2_norm(staged.data() + off, len);  // (while the chunk is hot)
+  const double nrm = optim::l2_norm(into.data(), len);  // (while the chunk is hot)
   in.sq += nrm * nrm;
+  if (fold_) {
+    // The mean as maybe_finish() would make it: ours plus theirs, then the division.
+    auto& mine = own_[in.tensor];
+    const float* a = mine.data() + off;
+    float* dst = staged.data() + off;
+    for (std::size_t i = 0; i < len; ++i) dst[i] = (a[i] + into[i]) / 2.0f;
+    // Our chunk leaves memory once our stream has encoded it too, or when our stream is far
+    // behind (it reads the chunk again then).
+    const auto& s = in.out;
+    const std::size_t here = position(in.tensor, in.next);
+    const std::size_t sent = s.done ? here + 1 : position(s.tensor, s.chunk);
+    if (sent > here || here - sent > kFoldLead) mine.release(off, off + len);
+  }
   staged.release(off, off + len);
   in.hasher->update(m.payload);
   ++in.next;
@@ -269,6 +296,19 @@ void GroupExchange::maybe_finish() {
   for (const auto& [id, in] : peers_)
     if (in.state == Incoming::receiving || (in.state == Incoming::complete && !in.out.done)) return;
   finished_ = true;
+  if (fold_) {
+    // A pair: the partner's staged tensors are the mean already (on_chunk), or ours stand alone.
+    auto& in = peers_.begin()->second;
+    if (in.state == Incoming::complete) {
+      mean_ = std::move(in.staged);
+      own_.clear();
+    } else {
+      mean_ = std::move(own_);
+    }
+    in.staged.clear();
+    in.staged.shrink_to_fit();
+    return;
+  }
   // Mean over ours and the completed partners', summed in member-id order (deterministic), in
   // place in our own tensors (no longer needed once finished).
   mean_ = std::move(own_);

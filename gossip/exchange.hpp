@@ -7,7 +7,9 @@
 //     sent, then `tensor_end` with the BLAKE2b-256 of the whole encoding. It keeps at most
 //     `window` messages per partner queued ahead of the link (Protocol::on_delivered), so the
 //     encoded tensor never exists whole.
-//  2. The receiver decodes each chunk into a staging buffer and hashes the bytes as they come.
+//  2. The receiver decodes each chunk into a staging buffer and hashes the bytes as they come
+//     (in a pair, the staged chunk is the mean of the partner's and ours at once: the last byte
+//     ends the exchange without a pass over the model).
 //     At `tensor_end` it compares the digests and checks the tensor (finite values come from the
 //     decoder; the norm must stay within `max_norm_ratio` of ours). Once every tensor has passed,
 //     the partner counts.
@@ -122,6 +124,11 @@ class GroupExchange final : public Protocol {
   /// plus the start grace until it is heard from.
   Time silence(const Incoming& in) const;
   std::size_t chunks_of(std::size_t tensor) const;
+  /// Chunk `chunk` of tensor `tensor` counted over all our tensors in order.
+  std::size_t position(std::size_t tensor, std::size_t chunk) const;
+  /// In a pair, how many chunks our stream and the partner's may be apart with our chunks
+  /// between them kept in memory for the mean (64 MiB of float32 at the default chunk size).
+  static constexpr std::size_t kFoldLead = 64;
   /// Checks chunk `chunk` of our tensor (finite) and adds it to our norm unless a stream to
   /// another partner did; false: not finite.
   bool check_own(std::size_t tensor, std::size_t chunk);
@@ -151,6 +158,11 @@ class GroupExchange final : public Protocol {
   Time started_;
   std::map<NodeId, Incoming> peers_;
   std::vector<optim::Floats> mean_;
+  // A pair (one partner): its chunks are averaged with ours as they arrive, so that its staged
+  // tensors are the mean once they pass (no pass over the model after the last byte); `scratch_`
+  // holds one decoded chunk.
+  bool fold_ = false;
+  std::vector<float> scratch_;
   bool finished_ = false;
   std::uint64_t bytes_sent_ = 0, bytes_received_ = 0;
   std::vector<Outgoing> out_;

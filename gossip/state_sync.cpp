@@ -438,7 +438,23 @@ void StateDownload::on_response(std::uint64_t id, std::span<const std::uint8_t> 
 void StateDownload::on_failure(std::uint64_t id, Time now, const std::string& why) {
   auto it = pending_.find(id);
   if (status_ != OpStatus::running || it == pending_.end()) return;
-  const auto& p = it->second;
+  const auto p = it->second;
+  // A chunk request the transport gave up on while its deadline here still runs (a late donor's
+  // deadlines move on; the transport's timeout was set when the request left): asked again, as a
+  // lateness of the donor (a chunk it delivers clears it), not as a failure of it.
+  if (const auto a = active_.find(p.donor); a != active_.end() && p.index && now < p.deadline &&
+                                            a->second.bytes > 0 &&
+                                            a->second.late < opts_.late_allowed) {
+    ++a->second.late;
+    --a->second.in_flight;
+    asked_.erase(*p.index);
+    pending_.erase(it);
+    spdlog::info("state sync: asking again for chunk {} ({} of {} for donor {}): {}", *p.index,
+                 a->second.late, opts_.late_allowed, dht::short_hex(offers_[p.donor].donor),
+                 why.empty() ? std::string("its request failed") : why);
+    next_chunk_ = std::min(next_chunk_, *p.index);
+    return fill(now);
+  }
   drop(p.donor,
        (p.index ? "the request for chunk " + std::to_string(*p.index) : "the manifest request") +
            " failed" + (why.empty() ? std::string() : ": " + why),

@@ -312,6 +312,65 @@ TEST(StateSync, ALateDonorThatDeliversAgainIsKept) {
   EXPECT_EQ(d.status(), OpStatus::done) << d.failure();
 }
 
+// The transport's timeout of a request is set when it leaves; a late donor's deadline here moves
+// on past it. A request the transport gives up on meanwhile is asked again (a lateness, as a
+// missed deadline is), not a reason to drop the only donor of a 97%-done download (a 500M join
+// lost a minute to this while its donor's disk stalled).
+TEST(StateSync, ARequestTheTransportGaveUpOnWhileItsDonorIsLateIsAskedAgain) {
+  auto snap = std::make_shared<StateSnapshot>("run-s", 2, random_blob(8u << 20, 9), 1u << 20);
+  StateServer srv;
+  srv.add(snap);
+  StateSyncOptions o;
+  o.parallel = 1;
+  o.request_floor = dht::Time(1000);
+  o.min_rate = 1 << 20;
+  StateDownload d("run-s", {offer_of(*snap, 0)}, o, dht::Time(0));
+  auto rs = d.take_requests();
+  d.on_response(rs[0].id, *srv.answer(rs[0].body), dht::Time(0));  // the manifest
+  rs = d.take_requests();
+  d.on_response(rs[0].id, *srv.answer(rs[0].body), dht::Time(100));  // chunk 0 delivered
+  rs = d.take_requests();
+  ASSERT_EQ(rs.size(), 1u);
+  const auto chunk1 = rs[0];
+  // Its deadline passes: the donor is late, and chunk 1's deadline here moves on.
+  d.on_timer(chunk1.deadline);
+  ASSERT_EQ(d.status(), OpStatus::running);
+  ASSERT_TRUE(d.next_deadline());
+  const auto extended = *d.next_deadline();
+  ASSERT_GT(extended, chunk1.deadline);
+  // The transport gives up before that: the chunk is asked for again, from the same donor.
+  d.on_failure(chunk1.id, extended - dht::Time(1), "deadline exceeded");
+  ASSERT_EQ(d.status(), OpStatus::running) << d.failure();
+  rs = d.take_requests();
+  ASSERT_EQ(rs.size(), 1u);
+  EXPECT_EQ(rs[0].to, chunk1.to);
+  EXPECT_EQ(rs[0].body, chunk1.body);
+  // Lateness is counted with the missed deadlines: the missed deadline and the give-up were the
+  // two allowed; the next give-up drops the donor (the only one: the download fails).
+  d.on_failure(rs[0].id, extended, "deadline exceeded");
+  EXPECT_EQ(d.status(), OpStatus::failed);
+  EXPECT_NE(d.failure().find("the request for chunk 1 failed: deadline exceeded"),
+            std::string::npos)
+      << d.failure();
+  // A donor that delivers again starts afresh: the download finishes from it.
+  StateDownload e("run-s", {offer_of(*snap, 0)}, o, dht::Time(0));
+  rs = e.take_requests();
+  e.on_response(rs[0].id, *srv.answer(rs[0].body), dht::Time(0));
+  dht::Time now(0);
+  for (int c = 0; c < 8; ++c) {
+    rs = e.take_requests();
+    ASSERT_EQ(rs.size(), 1u);
+    if (c > 0) {  // every chunk's first request is given up on by the transport
+      e.on_failure(rs[0].id, now, "deadline exceeded");
+      ASSERT_EQ(e.status(), OpStatus::running) << "chunk " << c << ": " << e.failure();
+      rs = e.take_requests();
+      ASSERT_EQ(rs.size(), 1u);
+    }
+    e.on_response(rs[0].id, *srv.answer(rs[0].body), now += dht::Time(10));
+  }
+  EXPECT_EQ(e.status(), OpStatus::done) << e.failure();
+}
+
 // A download that failed hands its verified chunks to the next one (a join's next attempt),
 // which fetches only the rest of the same snapshot.
 TEST(StateSync, ANewDownloadResumesFromTheVerifiedChunksOfAFailedOne) {
