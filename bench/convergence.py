@@ -148,6 +148,9 @@ CONFIGS = {
     # DiLoCo with the paper's settings spelt out (lr 0.7, Nesterov 0.9 from the first round).
     "diloco-paper": ["--outer", "diloco", "--outer-lr", "0.7", "--outer-momentum", "0.9",
                      "--outer-warmup", "0"],
+    # DeMo every step (no rounds): the group all-gathers each member's top-32 DCT coefficients
+    # of its momentum per 64 x 64 block and steps by the sign of their mean (lr: the schedule's).
+    "demo": ["--outer", "demo"],
     "single": None,  # --single-outer, --single-factor x the steps
     "single-1x": None,  # the same, at a swarm node's steps
 }
@@ -350,12 +353,14 @@ LABELS = {"noloco": "{n} nodes NoLoCo", "diloco": "{n} nodes DiLoCo",
           "noloco-lookahead-group4": "{n} nodes NoLoCo, look-ahead 0.5, groups of 4",
           "noloco-nesterov-group4": "{n} nodes NoLoCo (grove's rule), groups of 4",
           "diloco-paper": "{n} nodes DiLoCo (paper)",
+          "demo": "{n} nodes DeMo (every step)",
           "single": "1 node, {f}x steps", "single-1x": "1 node, 1x steps"}
 COLORS = {"noloco": "tab:blue", "diloco": "tab:orange", "single": "tab:green",
           "diloco-fp32": "tab:red", "diloco-e3m0": "tab:purple", "sparseloco": "tab:brown",
           "sparseloco-2bit": "tab:pink", "sparseloco-nesterov": "tab:olive",
           "diloco-fragments": "tab:cyan", "sparseloco-fragments": "tab:gray",
-          "noloco-fragments": "tab:olive", "single-1x": "tab:gray", "noloco-paper": "tab:purple"}
+          "noloco-fragments": "tab:olive", "single-1x": "tab:gray", "noloco-paper": "tab:purple",
+          "demo": "tab:red"}
 SPARE_COLORS = ["black", "gold", "teal", "navy", "maroon", "lime", "coral", "orchid"]
 
 

@@ -256,7 +256,7 @@ void StateDownload::start_donor(Time now) {
   if (o.run_id != run_id_ || o.size > opts_.max_size)
     return drop(current_, "offer of another run or too large", now);
   active_.clear();
-  active_[current_] = Donor{now, 0, 0};
+  active_[current_] = Donor{now, 0, 0, 0, std::nullopt};
   if (manifest_ && manifest_root_ == o.root) {
     // Same snapshot: resume with the chunks we have.
     spdlog::info("state sync: resuming from {} with {} of {} chunks ({} of {} bytes) verified",
@@ -282,7 +282,7 @@ void StateDownload::add_helpers(Time now) {
     if (active_.count(i) || dropped_.count(i) || o.root != manifest_root_ || o.run_id != run_id_ ||
         o.size > opts_.max_size || o.donor == offers_[current_].donor)
       continue;
-    active_[i] = Donor{now, 0, 0};
+    active_[i] = Donor{now, 0, 0, 0, std::nullopt};
     names += (names.empty() ? "" : ", ") + dht::short_hex(o.donor);
   }
   if (!names.empty())
@@ -331,7 +331,7 @@ void StateDownload::request(std::optional<std::uint32_t> index, std::size_t d, T
   // The transport waits out the deadlines a late donor may still be given (on_timer).
   r.give_up = now + given * (index ? 1 + opts_.late_allowed : 1);
   ++dn.in_flight;
-  pending_[r.id] = {index, r.deadline, d};
+  pending_[r.id] = {index, r.deadline, d, now};
   out_.push_back(std::move(r));
 }
 
@@ -442,16 +442,21 @@ void StateDownload::on_failure(std::uint64_t id, Time now, const std::string& wh
   // A chunk request the transport gave up on while its deadline here still runs (a late donor's
   // deadlines move on; the transport's timeout was set when the request left): asked again, as a
   // lateness of the donor (a chunk it delivers clears it), not as a failure of it.
-  if (const auto a = active_.find(p.donor); a != active_.end() && p.index && now < p.deadline &&
-                                            a->second.bytes > 0 &&
-                                            a->second.late < opts_.late_allowed) {
-    ++a->second.late;
+  const auto a = active_.find(p.donor);
+  const bool counted = a != active_.end() && a->second.late_at && p.sent < *a->second.late_at;
+  if (a != active_.end() && p.index && now < p.deadline && a->second.bytes > 0 &&
+      (counted || a->second.late < opts_.late_allowed)) {
+    if (!counted) {
+      ++a->second.late;
+      a->second.late_at = now;
+    }
     --a->second.in_flight;
     asked_.erase(*p.index);
     pending_.erase(it);
-    spdlog::info("state sync: asking again for chunk {} ({} of {} for donor {}): {}", *p.index,
-                 a->second.late, opts_.late_allowed, dht::short_hex(offers_[p.donor].donor),
-                 why.empty() ? std::string("its request failed") : why);
+    if (!counted)  // (the other requests that were in flight through this stall: quietly)
+      spdlog::info("state sync: asking again for chunk {} ({} of {} for donor {}): {}", *p.index,
+                   a->second.late, opts_.late_allowed, dht::short_hex(offers_[p.donor].donor),
+                   why.empty() ? std::string("its request failed") : why);
     next_chunk_ = std::min(next_chunk_, *p.index);
     return fill(now);
   }
@@ -485,6 +490,7 @@ void StateDownload::on_timer(Time now) {
     for (auto& [id, q] : pending_)
       if (q.donor == p.donor) q.deadline = std::max(q.deadline, now + more);
     ++a->second.late;
+    a->second.late_at = now;
     spdlog::info("state sync: donor {} is late with {} {}: waiting {:.1f} s more ({} of {})",
                  dht::short_hex(offers_[p.donor].donor), what, load,
                  static_cast<double>(more.count()) / 1000.0, a->second.late, opts_.late_allowed);

@@ -180,7 +180,9 @@ struct StateSyncOptions {
   /// while three 500M nodes shared one) should not end a download 97% done. A chunk it delivers
   /// starts the count again. A chunk request that fails before its deadline here (the
   /// transport's timeout, set when it left, ran out under an extended deadline; a session that
-  /// broke) is asked again and counts as late; a failed manifest request drops the donor.
+  /// broke) is asked again and counts as late, unless it was in flight through a lateness
+  /// already counted (one stall fails every request in flight at once: one lateness); a failed
+  /// manifest request drops the donor.
   unsigned late_allowed = 2;
   std::uint64_t max_size = std::uint64_t{64} << 30;
   std::uint32_t max_chunk_bytes = 16u << 20;
@@ -255,6 +257,7 @@ class StateDownload {
     std::optional<std::uint32_t> index;
     Time deadline{0};
     std::size_t donor = 0;  // offers_ index
+    Time sent{0};
   };
   // A donor serving this download: its delivery since its first request went out (bytes of
   // verified chunks) and its requests in flight.
@@ -263,6 +266,9 @@ class StateDownload {
     std::uint64_t bytes = 0;
     std::size_t in_flight = 0;
     unsigned late = 0;  ///< deadlines missed in a row
+    /// When `late` last grew: requests that left before then were in flight through that stall,
+    /// and their failures are the same lateness, not more of it.
+    std::optional<Time> late_at;
   };
   void start_donor(Time now);
   /// The time `requests` requests of this donor's are given: request_floor plus their bytes at

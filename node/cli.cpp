@@ -96,7 +96,8 @@ const std::map<std::string, Setter>& config_options() {
       {"--outer",
        [](RunConfig& c, const std::string& o, const std::string& v) {
          if (!c.set_outer(v))
-           throw CliError(o + ": expected noloco, diloco, sparseloco or none, got '" + v + "'");
+           throw CliError(o + ": expected noloco, diloco, sparseloco, demo or none, got '" + v +
+                          "'");
          // SparseLoCo's own outer step (Grove's defaults): lr 1.0, no momentum, unless given.
          if (c.sparseloco && c.outer_lr == RunConfig{}.outer_lr) c.outer_lr = 1.0f;
          if (c.sparseloco && c.outer_momentum == RunConfig{}.outer_momentum)
@@ -119,6 +120,16 @@ const std::map<std::string, Setter>& config_options() {
        }},
       {"--error-decay", [](RunConfig& c, const std::string& o,
                            const std::string& v) { c.error_decay = parse_number(o, v, 0, 1); }},
+      {"--demo-decay", [](RunConfig& c, const std::string& o,
+                          const std::string& v) { c.demo_decay = parse_number(o, v, 0, 0.999999); }},
+      {"--demo-topk",
+       [](RunConfig& c, const std::string& o, const std::string& v) {
+         c.demo_topk = static_cast<std::uint32_t>(parse_whole(o, v, 1, 65536));
+       }},
+      {"--demo-chunk",
+       [](RunConfig& c, const std::string& o, const std::string& v) {
+         c.demo_chunk = static_cast<std::uint32_t>(parse_whole(o, v, 1, 256));
+       }},
       {"--fragments",
        [](RunConfig& c, const std::string& o, const std::string& v) {
          c.fragments = static_cast<std::uint32_t>(parse_whole(o, v, 1, 64));
@@ -316,12 +327,14 @@ Run config (only with --bootstrap; fixed for the run, joiners take it from the s
   --schedule-steps N      cosine decay horizon in inner steps (default 20000)
   --weight-decay X        AdamW weight decay (default 0.1)
   --clip X                gradient-norm clip, 0 = off (default 1)
-  --outer noloco|diloco|sparseloco|none
+  --outer noloco|diloco|sparseloco|demo|none
                           outer optimiser (default noloco: random pairwise averaging; diloco:
                           group all-reduce of the pseudo-gradient; sparseloco: the group
                           all-gathers each member's top-k of an error buffer, ~30x fewer bytes;
-                          none: no rounds, the trainers' per-step collectives only, with
-                          --workload external)
+                          demo: no rounds, every step the group all-gathers each member's top-k
+                          DCT coefficients of its momentum and steps by their mean's sign
+                          (built-in workloads); none: no rounds, the trainers' per-step
+                          collectives only, with --workload external)
   --outer-lr X            DiLoCo Nesterov learning rate (default 0.7; SparseLoCo 1.0)
   --outer-momentum X      DiLoCo Nesterov momentum (default 0.9; SparseLoCo 0)
   --outer-warmup N        DiLoCo: over the first N rounds the outer step ramps from plain
@@ -331,6 +344,9 @@ Run config (only with --bootstrap; fixed for the run, joiners take it from the s
   --topk-chunk N          SparseLoCo: chunk of the top-k, a power of two (default 4096)
   --topk-bits 32|2        SparseLoCo: bits per value sent (default 32; 2: a scale per chunk)
   --error-decay X         SparseLoCo: error buffer decay per round (default 0.95)
+  --demo-decay X          DeMo: momentum decay per step (default 0.999; lr: --lr's schedule)
+  --demo-topk K           DeMo: coefficients sent per block (default 32)
+  --demo-chunk N          DeMo: a block side at most, 1 to 256 (default 64)
   --fragments F           1 to 64 dividing --inner-steps (default 1): a round every H/F steps
                           syncs 1/F of the model (DiLoCo/SparseLoCo: each in turn; NoLoCo: a
                           pair averages one drawn at random, the rest takes the local step)

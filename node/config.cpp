@@ -131,6 +131,9 @@ const std::vector<Field>& fields() {
       u32_field("topk_chunk", &RunConfig::topk_chunk),
       u32_field("topk_bits", &RunConfig::topk_bits),
       float_field("error_decay", &RunConfig::error_decay),
+      float_field("demo_decay", &RunConfig::demo_decay),
+      u32_field("demo_topk", &RunConfig::demo_topk),
+      u32_field("demo_chunk", &RunConfig::demo_chunk),
       u32_field("fragments", &RunConfig::fragments),
       u32_field("overlap", &RunConfig::overlap),
       u32_field("window_ms", &RunConfig::window_ms),
@@ -237,10 +240,18 @@ std::string RunConfig::check() const {
   if (!in(error_decay, 0, 1)) return "error decay: 0 to 1";
   if (!in(fragments, 1, 64)) return "fragments: 1 to 64";
   if (!in(overlap, 0, 1)) return "overlap: 0 or 1";
-  if (per_step && workload != WorkloadKind::external)
+  if (demo && !per_step) return "demo is a per-step run";
+  if (per_step && !demo && workload != WorkloadKind::external)
     return "outer none (per-step collectives only) needs --workload external: a trainer's "
            "collectives are the run's only synchronisation";
-  if (per_step && (fragments > 1 || overlap)) return "outer none has no rounds to cut or overlap";
+  if (demo && workload == WorkloadKind::external)
+    return "outer demo steps a built-in workload; a PyTorch trainer runs DeMo itself "
+           "(grove.demo(model), on a run with outer none)";
+  if (per_step && (fragments > 1 || overlap))
+    return std::string("outer ") + (demo ? "demo" : "none") + " has no rounds to cut or overlap";
+  if (!in(demo_decay, 0, 0.999999)) return "demo decay: 0 to below 1";
+  if (!in(demo_topk, 1, 65536)) return "demo top-k: 1 to 65536";
+  if (!in(demo_chunk, 1, 256)) return "demo chunk: 1 to 256";
   if (inner_steps % fragments != 0)
     return "fragments: must divide the inner steps (" + std::to_string(inner_steps) +
            "): a round every inner_steps / fragments steps";
@@ -251,12 +262,15 @@ std::string RunConfig::check() const {
 }
 
 std::string RunConfig::outer_name() const {
-  if (per_step) return "none";
+  if (per_step) return demo ? "demo" : "none";
   return sparseloco && outer == OuterMode::diloco ? "sparseloco" : to_string(outer);
 }
 
 std::string RunConfig::wire_name() const {
   std::string w;
+  if (demo)
+    return "DeMo every step: top-" + std::to_string(demo_topk) + " DCT coefficients per block of " +
+           std::to_string(demo_chunk) + " (fp32)";
   if (per_step) return "the trainers' per-step collectives (no outer rounds)";
   if (outer == OuterMode::diloco && sparseloco)
     w = "top-" + std::to_string(topk) + "/" + std::to_string(topk_chunk) + " " +
@@ -274,12 +288,14 @@ bool RunConfig::set_outer(std::string_view name) {
     outer = OuterMode::diloco;
     sparseloco = true;
     per_step = false;
+    demo = false;
     return true;
   }
-  if (name == "none") {  // per-step collectives only (outer stays noloco: it never runs)
+  if (name == "none" || name == "demo") {  // per-step runs (outer stays noloco: it never runs)
     outer = OuterMode::noloco;
     sparseloco = false;
     per_step = true;
+    demo = name == "demo";
     return true;
   }
   const auto m = parse_mode(name);
@@ -287,6 +303,7 @@ bool RunConfig::set_outer(std::string_view name) {
   outer = *m;
   sparseloco = false;
   per_step = false;
+  demo = false;
   return true;
 }
 

@@ -95,6 +95,15 @@ struct RunConfig {
   /// θ: a joining trainer takes the group's weights with grove.sync_parameters) and the step
   /// group of the collectives.
   bool per_step = false;
+  /// DeMo (outer "demo", built-in workloads; a per-step run): every inner step each member adds
+  /// its gradient to a momentum δ (δ ← demo_decay·δ + lr·g), the group all-gathers each
+  /// member's demo_topk largest DCT coefficients of δ per block (a dimension's block side its
+  /// largest divisor ≤ demo_chunk), and every member steps θ by −lr·sign of their mean
+  /// (optim/demo.hpp; node/demo_steps.hpp). lr is the inner schedule's.
+  bool demo = false;
+  float demo_decay = 0.999f;
+  std::uint32_t demo_topk = 32;
+  std::uint32_t demo_chunk = 64;
   std::uint32_t topk = 64;
   std::uint32_t topk_chunk = 4096;
   std::uint32_t topk_bits = 32;
@@ -122,7 +131,8 @@ struct RunConfig {
   std::uint32_t eval_every = 100;  ///< inner steps between evaluations
   std::uint32_t eval_batches = 8;
 
-  /// "noloco", "diloco", "sparseloco" or "none" (the outer algorithm, as --outer takes it).
+  /// "noloco", "diloco", "sparseloco", "demo" or "none" (the outer algorithm, as --outer
+  /// takes it).
   std::string outer_name() const;
   /// Sets the outer algorithm from its name (--outer, the config text, a trainer's hello);
   /// false: not one of the four.

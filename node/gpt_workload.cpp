@@ -282,29 +282,36 @@ class GptWorkload final : public Workload {
   }
 
   StepResult train_step(std::uint64_t step) override {
-    corpus_.next_windows(batch_);
-    const auto [x, y] = inputs_and_targets(batch_.data());
-    model_->train();
-    for (auto& p : params_) p.mutable_grad() = torch::Tensor();
-    const auto loss = loss_of(x, y);
-    loss.backward();
-    StepResult r;
-    r.loss = loss.item<double>();
-    r.tokens = std::uint64_t{cfg_.batch} * cfg_.seq_len;
+    const auto b = backward();
+    torch::NoGradGuard no_grad;  // (the step writes the parameters in place)
+    if (b.finite) adamw(inner_lr(cfg_, step));
+    return b.step;
+  }
 
-    torch::NoGradGuard no_grad;
-    double sq = 0;
-    for (const auto& p : params_) sq += p.grad().square().sum().item<double>();
-    const double norm = std::sqrt(sq);
-    // A non-finite loss or gradient (θ damaged from outside, or a diverged run) must not reach
-    // θ or the moments: the step is skipped and the caller sees the loss.
-    if (!std::isfinite(r.loss) || !std::isfinite(norm)) return r;
-    if (cfg_.clip > 0 && norm > cfg_.clip) {
-      const double scale = cfg_.clip / (norm + 1e-6);  // as torch.nn.utils.clip_grad_norm_
-      for (auto& p : params_) p.grad().mul_(scale);
+  std::vector<std::vector<std::uint64_t>> shapes() const override {
+    std::vector<std::vector<std::uint64_t>> out;
+    for (const auto& p : params_) {
+      std::vector<std::uint64_t> s;
+      for (const auto d : p.sizes()) s.push_back(static_cast<std::uint64_t>(d));
+      out.push_back(std::move(s));
     }
-    adamw(inner_lr(cfg_, step));
-    return r;
+    return out;
+  }
+
+  bool gradient(std::uint64_t, std::span<float> grad, StepResult& result) override {
+    check_size(grad.size(), "gradient");
+    const auto b = backward();
+    result = b.step;
+    std::size_t at = 0;
+    for (const auto& p : params_) {
+      const auto n = static_cast<std::size_t>(p.numel());
+      if (b.finite)
+        std::memcpy(grad.data() + at, p.grad().data_ptr<float>(), n * sizeof(float));
+      else
+        std::fill_n(grad.data() + at, n, 0.0f);
+      at += n;
+    }
+    return true;
   }
 
   double evaluate() override {
@@ -448,6 +455,37 @@ class GptWorkload final : public Workload {
   torch::Tensor loss_of(const torch::Tensor& x, const torch::Tensor& y) {
     const auto logits = model_->forward(x);
     return torch::nn::functional::cross_entropy(logits.reshape({-1, kVocab}), y.reshape({-1}));
+  }
+
+  // A step's batch, forward, backward and clip: the gradients are in the parameters' grad.
+  // A non-finite loss or gradient (θ damaged from outside, or a diverged run) must not reach θ
+  // or the optimiser's state: `finite` is false and the caller sees the loss.
+  struct Backward {
+    StepResult step;
+    bool finite = false;
+  };
+  Backward backward() {
+    corpus_.next_windows(batch_);
+    const auto [x, y] = inputs_and_targets(batch_.data());
+    model_->train();
+    for (auto& p : params_) p.mutable_grad() = torch::Tensor();
+    const auto loss = loss_of(x, y);
+    loss.backward();
+    Backward b;
+    b.step.loss = loss.item<double>();
+    b.step.tokens = std::uint64_t{cfg_.batch} * cfg_.seq_len;
+
+    torch::NoGradGuard no_grad;
+    double sq = 0;
+    for (const auto& p : params_) sq += p.grad().square().sum().item<double>();
+    const double norm = std::sqrt(sq);
+    if (!std::isfinite(b.step.loss) || !std::isfinite(norm)) return b;
+    if (cfg_.clip > 0 && norm > cfg_.clip) {
+      const double scale = cfg_.clip / (norm + 1e-6);  // as torch.nn.utils.clip_grad_norm_
+      for (auto& p : params_) p.grad().mul_(scale);
+    }
+    b.finite = true;
+    return b;
   }
 
   // AdamW exactly as torch.optim.AdamW (decoupled decay, bias-corrected moments, eps added

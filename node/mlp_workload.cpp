@@ -95,12 +95,33 @@ class MlpWorkload final : public Workload {
   }
 
   StepResult train_step(std::uint64_t step) override {
+    std::vector<float> grad(theta_.size(), 0.0f);
+    const auto r = backward(grad);
+    adamw(grad, step);
+    return r;
+  }
+
+  std::vector<std::vector<std::uint64_t>> shapes() const override {
+    const Shape& s = net_.s;
+    return {{s.hidden, s.in}, {s.hidden}, {s.out, s.hidden}, {s.out}};
+  }
+
+  bool gradient(std::uint64_t, std::span<float> grad, StepResult& result) override {
+    if (grad.size() != theta_.size()) throw std::invalid_argument("mlp gradient: size mismatch");
+    std::fill(grad.begin(), grad.end(), 0.0f);
+    result = backward(grad);
+    clip(grad);
+    return true;
+  }
+
+  // One batch's loss and its gradient, added to `grad` (zeros, θ's size).
+  StepResult backward(std::span<float> grad) {
     const Shape& s = net_.s;
     const std::size_t B = cfg_.batch;
     std::vector<float> x(B * s.in), y(B * s.out);
     sample(node_seed_, drawn_, B, x.data(), y.data());
     drawn_ += B;
-    std::vector<float> grad(theta_.size(), 0.0f), h(s.hidden), out(s.out), dh(s.hidden);
+    std::vector<float> h(s.hidden), out(s.out), dh(s.hidden);
     float* gw1 = grad.data();
     float* gb1 = gw1 + s.hidden * s.in;
     float* gw2 = gb1 + s.hidden;
@@ -128,7 +149,6 @@ class MlpWorkload final : public Workload {
         for (std::size_t i = 0; i < s.in; ++i) gw1[j * s.in + i] += da * xb[i];
       }
     }
-    adamw(grad, step);
     return {loss / static_cast<double>(B * s.out), B};
   }
 
@@ -207,16 +227,19 @@ class MlpWorkload final : public Workload {
     }
   }
 
-  void adamw(std::vector<float>& g, std::uint64_t step) {
-    if (cfg_.clip > 0) {
-      double sq = 0;
-      for (float v : g) sq += static_cast<double>(v) * v;
-      const double norm = std::sqrt(sq);
-      if (norm > cfg_.clip) {
-        const float f = static_cast<float>(cfg_.clip / norm);
-        for (float& v : g) v *= f;
-      }
+  void clip(std::span<float> g) const {
+    if (cfg_.clip <= 0) return;
+    double sq = 0;
+    for (float v : g) sq += static_cast<double>(v) * v;
+    const double norm = std::sqrt(sq);
+    if (norm > cfg_.clip) {
+      const float f = static_cast<float>(cfg_.clip / norm);
+      for (float& v : g) v *= f;
     }
+  }
+
+  void adamw(std::vector<float>& g, std::uint64_t step) {
+    clip(g);
     ++adam_step_;
     const double lr = inner_lr(cfg_, step);
     const double b1 = cfg_.beta1, b2 = cfg_.beta2;

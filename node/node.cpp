@@ -137,10 +137,13 @@ int Node::run() {
     if (m.swarm_key) join_command += " --swarm-key " + m.swarm_key->hex();
     if (!m.o.data.empty()) join_command += " --data YOUR_TEXT_FILES";
   }
-  TrainingSetup s{m.o,         m.config,   m.run_name, m.start_kind,   join_command,
-                  *m.workload, m.external, m.resume,   *m.net,         m.members,
-                  m.round,     *m.board,   *m.metrics, *m.checkpoints, m.console,
-                  m.reports,   m.stopping, m.floats,   m.state_dir,    m.rejoined};
+  TrainingSetup s{m.o,          m.config,       m.run_name,
+                  m.start_kind, join_command,   *m.workload,
+                  m.external,   m.resume,       *m.net,
+                  m.members,    m.round,        *m.board,
+                  *m.metrics,   *m.checkpoints, m.console,
+                  m.reports,    m.stopping,     m.floats,
+                  m.state_dir,  m.rejoined,     m.collectives.get()};
   return run_training(s);
 }
 
@@ -260,7 +263,7 @@ void Node::Impl::start() {
       self.addresses, round_options(config, o, workload->num_params(), state_dir, floats),
       [this](gossip::RoundReport&& r) { reports.push(std::move(r)); });
   net->attach(members, round, *servers);
-  if (external)
+  if (external || config.demo)
     collectives = std::make_unique<Collectives>(
         net->gossip(), net->dht(), members, net->host()->id(), run_name, Collectives::Options{});
   net->on_signal([this](int sig) {

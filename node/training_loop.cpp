@@ -6,6 +6,7 @@
 
 #include "gossip/progress.hpp"
 #include "node/contacts.hpp"
+#include "node/demo_steps.hpp"
 #include "transport/strand.hpp"
 
 namespace grove::node {
@@ -94,6 +95,10 @@ class Loop {
   void execute(const Action& a);
   void begin(Action::Source source);
   void inner_phase();
+  /// One DeMo step (outer demo): the group's exchange and θ's step; its bytes are counted.
+  StepResult demo_step();
+  std::unique_ptr<DemoSteps> demo_;
+  std::string demo_problem_;
   void on_report(gossip::RoundReport r);
   void tally(const gossip::RoundReport& r);
   void evaluate();
@@ -326,10 +331,14 @@ void Loop::inner_phase() {
   // A per-step run (outer none) has no rounds: one phase until the node stops or reaches
   // --max-steps (its trainer synchronises itself with collectives between the steps).
   const bool endless = s_.config.per_step;
+  if (s_.config.demo && !demo_) {
+    if (!s_.collectives) throw std::logic_error("outer demo without the node's step calls");
+    demo_ = std::make_unique<DemoSteps>(s_.workload, s_.config, *s_.collectives);
+  }
   for (std::uint32_t h = 0; endless || h < s_.config.phase_steps(); ++h) {
     if (s_.stopping || (o.max_steps && t_.progress.step >= *o.max_steps)) break;
     const auto s0 = SteadyClock::now();
-    const auto r = s_.workload.train_step(t_.progress.step);
+    const auto r = demo_ ? demo_step() : s_.workload.train_step(t_.progress.step);
     t_.compute_s += std::chrono::duration<double>(SteadyClock::now() - s0).count();
     ++t_.progress.step;
     t_.tokens += r.tokens;
@@ -359,6 +368,20 @@ void Loop::inner_phase() {
   const double secs = std::chrono::duration<double>(phase).count();
   t_.tokens_per_s = secs > 0 ? static_cast<double>(phase_tokens) / secs : 0;
   ctl_.on_inner_done(std::chrono::duration_cast<Time>(phase), live_members(), now_ms());
+}
+
+StepResult Loop::demo_step() {
+  const auto d = demo_->step(t_.progress.step, [this] { return s_.stopping.load(); });
+  auto& p = t_.progress;
+  p.bytes_sent += d.bytes_sent;
+  p.bytes_received += d.bytes_received;
+  p.members = d.members;
+  if (d.aligned) spdlog::info("demo: θ aligned with the group ({} members)", d.members);
+  // A problem is told when it changes, and every 100 steps while it lasts.
+  if (!d.problem.empty() && (d.problem != demo_problem_ || p.step % 100 == 0))
+    spdlog::warn("demo: step {}: {}", p.step, d.problem);
+  demo_problem_ = d.problem;
+  return d.step;
 }
 
 void Loop::on_report(gossip::RoundReport r) {

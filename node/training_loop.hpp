@@ -18,6 +18,7 @@
 #include "node/checkpoint.hpp"
 #include "node/checkpoint_writer.hpp"
 #include "node/cli.hpp"
+#include "node/collectives.hpp"
 #include "node/console.hpp"
 #include "node/controller.hpp"
 #include "node/metrics.hpp"
@@ -70,6 +71,8 @@ struct TrainingSetup {
   /// A resumed node without --peer reached its swarm through its saved contacts or the LAN (it
   /// fetches the swarm's state first, as with --peer).
   bool rejoined = false;
+  /// The run's per-step calls (an external trainer's collectives; DeMo's exchange: outer demo).
+  Collectives* collectives = nullptr;
 };
 
 /// Trains until the controller ends the run; returns the process exit code.

@@ -58,6 +58,22 @@ class Workload {
   /// One inner step: a batch of this node's data, forward, backward, clip, optimiser step with
   /// the learning rate of inner step `step` (warm-up + cosine).
   virtual StepResult train_step(std::uint64_t step) = 0;
+  /// The shapes of θ's tensors, in θ's order (their sizes sum to num_params()): how DeMo cuts
+  /// each into blocks. By default one flat tensor.
+  virtual std::vector<std::vector<std::uint64_t>> shapes() const {
+    return {{static_cast<std::uint64_t>(num_params())}};
+  }
+  /// Inner step `step`'s gradient without the optimiser step (outer demo, whose own rule steps
+  /// θ): the batch, forward, backward and clip of train_step(), the flat gradient written to
+  /// `grad` (num_params() values). A non-finite loss or gradient leaves `grad` all zeros (the
+  /// caller sees the loss). False: this workload cannot give its gradient (an external trainer
+  /// steps its own model).
+  virtual bool gradient(std::uint64_t step, std::span<float> grad, StepResult& result) {
+    (void)step;
+    (void)grad;
+    (void)result;
+    return false;
+  }
   /// Mean loss over the run's fixed held-out batches (the same on every node of the run).
   virtual double evaluate() = 0;
   /// The lowest loss any model can reach on the held-out data, when known (synthetic data);

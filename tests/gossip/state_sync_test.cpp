@@ -338,15 +338,20 @@ TEST(StateSync, ARequestTheTransportGaveUpOnWhileItsDonorIsLateIsAskedAgain) {
   ASSERT_TRUE(d.next_deadline());
   const auto extended = *d.next_deadline();
   ASSERT_GT(extended, chunk1.deadline);
-  // The transport gives up before that: the chunk is asked for again, from the same donor.
+  // The transport gives up before that: the chunk is asked for again, from the same donor (the
+  // request was in flight through the lateness already counted: no more of it).
   d.on_failure(chunk1.id, extended - dht::Time(1), "deadline exceeded");
   ASSERT_EQ(d.status(), OpStatus::running) << d.failure();
   rs = d.take_requests();
   ASSERT_EQ(rs.size(), 1u);
   EXPECT_EQ(rs[0].to, chunk1.to);
   EXPECT_EQ(rs[0].body, chunk1.body);
-  // Lateness is counted with the missed deadlines: the missed deadline and the give-up were the
-  // two allowed; the next give-up drops the donor (the only one: the download fails).
+  // The request asked again fails too: the second lateness of the two allowed; the next failure
+  // drops the donor (the only one: the download fails).
+  d.on_failure(rs[0].id, extended, "deadline exceeded");
+  ASSERT_EQ(d.status(), OpStatus::running) << d.failure();
+  rs = d.take_requests();
+  ASSERT_EQ(rs.size(), 1u);
   d.on_failure(rs[0].id, extended, "deadline exceeded");
   EXPECT_EQ(d.status(), OpStatus::failed);
   EXPECT_NE(d.failure().find("the request for chunk 1 failed: deadline exceeded"),
@@ -369,6 +374,31 @@ TEST(StateSync, ARequestTheTransportGaveUpOnWhileItsDonorIsLateIsAskedAgain) {
     e.on_response(rs[0].id, *srv.answer(rs[0].body), now += dht::Time(10));
   }
   EXPECT_EQ(e.status(), OpStatus::done) << e.failure();
+
+  // One stall fails every request in flight at once (the session to the donor closes): one
+  // lateness, not one per request; the requests go out again and the download finishes.
+  o.parallel = 4;
+  StateDownload f("run-s", {offer_of(*snap, 0)}, o, dht::Time(0));
+  rs = f.take_requests();
+  f.on_response(rs[0].id, *srv.answer(rs[0].body), dht::Time(0));
+  std::vector<StateDownload::Request> pending = f.take_requests();
+  ASSERT_EQ(pending.size(), 4u);
+  f.on_response(pending[0].id, *srv.answer(pending[0].body), dht::Time(10));  // it delivers
+  pending.erase(pending.begin());
+  for (int broke = 0; broke < 2; ++broke) {  // two breaks: the two latenesses allowed
+    for (auto r : f.take_requests()) pending.push_back(r);
+    ASSERT_EQ(pending.size(), 4u);
+    for (const auto& r : pending) f.on_failure(r.id, dht::Time(20 + broke), "connection closed");
+    pending.clear();
+    ASSERT_EQ(f.status(), OpStatus::running) << "break " << broke << ": " << f.failure();
+  }
+  for (dht::Time now(30); f.status() == OpStatus::running; now += dht::Time(1)) {
+    for (auto r : f.take_requests()) pending.push_back(r);
+    ASSERT_FALSE(pending.empty());
+    f.on_response(pending.front().id, *srv.answer(pending.front().body), now);
+    pending.erase(pending.begin());
+  }
+  EXPECT_EQ(f.status(), OpStatus::done) << f.failure();
 }
 
 // A download that failed hands its verified chunks to the next one (a join's next attempt),

@@ -76,6 +76,38 @@ TEST(Cli, SparseLoCoAndItsNumbers) {
   EXPECT_NE(c.check().find("top-k"), std::string::npos);
 }
 
+// DeMo: a per-step run of a built-in workload, its numbers part of the run config.
+TEST(Cli, DeMoAndItsNumbers) {
+  auto o = parse({"--bootstrap", "--outer", "demo", "--demo-decay", "0.99", "--demo-topk", "16",
+                  "--demo-chunk", "32"});
+  EXPECT_TRUE(o.config.demo);
+  EXPECT_TRUE(o.config.per_step);
+  EXPECT_EQ(o.config.outer_name(), "demo");
+  EXPECT_FLOAT_EQ(o.config.demo_decay, 0.99f);
+  EXPECT_EQ(o.config.demo_topk, 16u);
+  EXPECT_EQ(o.config.demo_chunk, 32u);
+  EXPECT_EQ(o.config.check(), "");
+  auto back = parse_run_config(o.config.to_text());
+  ASSERT_TRUE(back) << back.text();
+  EXPECT_TRUE(back->demo);
+  EXPECT_EQ(back->demo_topk, 16u);
+  EXPECT_NE(o.config.run_name(), parse({"--bootstrap", "--outer", "demo"}).config.run_name());
+  // Another outer after it ends the per-step run.
+  EXPECT_FALSE(parse({"--bootstrap", "--outer", "demo", "--outer", "diloco"}).config.per_step);
+  // A PyTorch trainer runs DeMo itself: the node refuses to step an external model.
+  RunConfig ext = parse({"--bootstrap", "--outer", "demo", "--workload", "external"}).config;
+  ext.model_params = 10;  // (what the first trainer's hello fills in)
+  ext.model_tensors = 1;
+  ext.model_spec = std::string(64, 'a');
+  EXPECT_NE(ext.check().find("grove.demo"), std::string::npos) << ext.check();
+  RunConfig cut =
+      parse({"--bootstrap", "--outer", "demo", "--fragments", "2", "--inner-steps", "20"}).config;
+  EXPECT_NE(cut.check().find("outer demo has no rounds"), std::string::npos) << cut.check();
+  EXPECT_NE(error_of({"--bootstrap", "--demo-chunk", "300"}).find("--demo-chunk"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--bootstrap", "--demo-decay", "1"}).find("--demo-decay"), std::string::npos);
+}
+
 // NoLoCo's variant: a named set of its settings, single options after it still apply.
 TEST(Cli, TheNoLoCoVariantSetsItsSettingsAndLaterOptionsWin) {
   auto o = parse({"--bootstrap", "--noloco-group", "4", "--noloco-lookahead", "0.3",
@@ -185,8 +217,9 @@ TEST(Cli, BadInputNamesTheProblem) {
             std::string::npos);
   EXPECT_NE(error_of({"--bootstrap", "--inner-steps", "ten"}).find("got 'ten'"), std::string::npos);
   EXPECT_NE(error_of({"--bootstrap", "--lr", "-1"}).find("--lr"), std::string::npos);
-  EXPECT_NE(error_of({"--bootstrap", "--outer", "sgd"}).find("noloco, diloco, sparseloco or none"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of({"--bootstrap", "--outer", "sgd"}).find("noloco, diloco, sparseloco, demo or none"),
+      std::string::npos);
   EXPECT_NE(error_of({"--peer", "nohost"}).find("HOST:PORT"), std::string::npos);
   EXPECT_NE(error_of({"--peer", "h:70000"}).find("port"), std::string::npos);
   EXPECT_NE(error_of({"--peer"}).find("missing value"), std::string::npos);

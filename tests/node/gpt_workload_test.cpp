@@ -110,6 +110,41 @@ TEST(GptWorkload, GetSetRoundTrip) {
   EXPECT_TRUE(same_bits(params_of(*w), p));
 }
 
+// DeMo's view of the model (outer demo): the tensors' shapes cover θ in its order, and a gradient
+// is the step's without the optimiser: θ stays, the same batch's step (a second workload at the
+// same data position) moves θ against it, and a gradient step lowers that batch's loss.
+TEST(GptWorkload, AGradientIsTheStepsWithoutTheOptimiser) {
+  const auto w = make_gpt_workload(tiny()), twin = make_gpt_workload(tiny());
+  std::size_t total = 0;
+  for (const auto& shape : w->shapes()) {
+    std::size_t n = 1;
+    for (auto d : shape) n *= d;
+    total += n;
+  }
+  EXPECT_EQ(total, w->num_params());
+  const auto before = params_of(*w);
+  std::vector<float> g(w->num_params());
+  StepResult r;
+  ASSERT_TRUE(w->gradient(0, g, r));
+  EXPECT_TRUE(same_bits(params_of(*w), before));  // no step taken
+  EXPECT_TRUE(std::isfinite(r.loss));
+  double sq = 0;
+  for (float v : g) sq += static_cast<double>(v) * v;
+  EXPECT_GT(sq, 0.0);
+  EXPECT_LE(std::sqrt(sq), 1.0 + 1e-3);  // clipped at the run's 1.0
+  // AdamW's first step moves each value against the sign of its (clipped) gradient.
+  twin->train_step(0);
+  const auto after = params_of(*twin);
+  std::size_t against = 0, moved = 0;
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    if (g[i] == 0.0f || after[i] == before[i]) continue;
+    ++moved;
+    against += (after[i] - before[i]) * g[i] < 0;
+  }
+  ASSERT_GT(moved, g.size() / 2);
+  EXPECT_GT(against, moved * 9 / 10);
+}
+
 // A tiny model on the synthetic source: from ~ln 256 (uniform over bytes) to well below the
 // unigram entropy (what context-free prediction reaches), never below the floor.
 TEST(GptWorkload, TinyModelLearnsTowardTheFloor) {

@@ -755,6 +755,39 @@ TEST(NodeProcess, OverlapTrainsTogetherAndCheckpointsInTheBackground) {
   EXPECT_EQ(again.wait_exit(60s), 0) << again.log();
 }
 
+// DeMo (outer demo) on the built-in mlp: a joiner takes the group's θ at its first call with it,
+// every call after leaves both members with the same bits (their hash lines of the same call
+// agree), and the swarm learns.
+TEST(NodeProcess, DeMoKeepsOneThetaOnEveryMemberAndLearns) {
+  TempDir d;
+  Proc n0(bootstrap_args(d, "n0", {"--outer", "demo"}));
+  std::string addr;
+  double fresh = 0;
+  ASSERT_TRUE(started(n0, addr, fresh)) << n0.log();
+  // It steps alone first (a per-step run prints no round lines: its θ hash lines tell).
+  ASSERT_TRUE(n0.expect(std::regex(R"(demo: call 1000: θ [0-9a-f]+ \(1 members\))"), 60s))
+      << n0.log();
+  Proc n1(join_args(d, "n1", addr, {"--max-steps", "5000"}));
+  ASSERT_TRUE(n1.expect(std::regex("demo: θ aligned with the group \\(2 members\\)"), 60s))
+      << n1.log();
+  const std::regex hash(R"(demo: call (\d+): θ ([0-9a-f]+) \(2 members\))");
+  std::map<std::string, std::string> h0, h1;
+  std::smatch m;
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(n1.expect(hash, 60s, &m)) << n1.log();
+    h1[m[1]] = m[2];
+    ASSERT_TRUE(n0.expect(hash, 60s, &m)) << n0.log();
+    h0[m[1]] = m[2];
+  }
+  EXPECT_EQ(h0, h1) << "the members' θ differ after the same calls";
+  ASSERT_TRUE(n1.expect(kStopped, 120s, &m)) << n1.log();
+  EXPECT_LT(std::stod(m[3]), 0.7 * fresh) << n1.log();
+  EXPECT_EQ(n1.wait_exit(30s), 0) << n1.log();
+  // Alone again, n0 goes on stepping (its calls are a group of one) until it is stopped.
+  n0.signal(SIGTERM);
+  EXPECT_EQ(n0.wait_exit(60s), 0) << n0.log();
+}
+
 TEST(NodeProcess, BadArgumentsExitTwoWithAMessage) {
   for (const auto& args : std::vector<std::vector<std::string>>{{"--inner-steps", "20"},
                                                                 {"--bootstrap", "--lr", "fast"},
