@@ -1,6 +1,7 @@
 #include "node/network.hpp"
 
 #include <map>
+#include <thread>
 
 #include <spdlog/spdlog.h>
 
@@ -109,15 +110,31 @@ Network::~Network() {
 
 void Network::bootstrap(const std::vector<std::string>& peers) {
   if (peers.empty()) return;
-  transport::Rendezvous<std::size_t> reached;
-  dht_->bootstrap(peers, reached.callback());
-  const auto n = reached.wait_for(30s);
-  if (!n || *n == 0)
+  // A peer's process may not answer for a few seconds (a node of a large model stalls at its
+  // round's end while its disk writes the state back): the pings go again, every 2 s, until one
+  // answers or 30 s have passed.
+  const auto until = std::chrono::steady_clock::now() + 30s;
+  for (int attempt = 1;; ++attempt) {
+    transport::Rendezvous<std::size_t> reached;
+    const auto started = std::chrono::steady_clock::now();
+    dht_->bootstrap(peers, reached.callback());
+    const auto n = reached.wait_for(
+        std::max<std::chrono::steady_clock::duration>(until - started, std::chrono::seconds(1)));
+    if (n && *n > 0) {
+      if (attempt > 1) spdlog::info("reached the swarm at attempt {}", attempt);
+      return;
+    }
+    const auto next = started + 2s;
+    if (next >= until) break;
+    std::this_thread::sleep_until(next);  // (a retry's pace, not a wait for a condition)
+  }
+  {
     throw ConfigError(
         "could not reach any --peer (" + peers.front() + (peers.size() > 1 ? ", ..." : "") +
         (keyed_ ? "): is the address right, and the swarm key the one of its join command?"
                 : "): is the address right? A swarm is closed unless bootstrapped with "
                   "--open: join it with the --swarm-key its bootstrap printed"));
+  }
 }
 
 bool Network::rejoin(const std::vector<std::string>& contacts, std::chrono::milliseconds lan_wait,
