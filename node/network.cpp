@@ -128,13 +128,11 @@ void Network::bootstrap(const std::vector<std::string>& peers) {
     if (next >= until) break;
     std::this_thread::sleep_until(next);  // (a retry's pace, not a wait for a condition)
   }
-  {
-    throw ConfigError(
-        "could not reach any --peer (" + peers.front() + (peers.size() > 1 ? ", ..." : "") +
-        (keyed_ ? "): is the address right, and the swarm key the one of its join command?"
-                : "): is the address right? A swarm is closed unless bootstrapped with "
-                  "--open: join it with the --swarm-key its bootstrap printed"));
-  }
+  throw ConfigError(
+      "could not reach any --peer (" + peers.front() + (peers.size() > 1 ? ", ..." : "") +
+      (keyed_ ? "): is the address right, and the swarm key the one of its join command?"
+              : "): is the address right? A swarm is closed unless bootstrapped with "
+                "--open: join it with the --swarm-key its bootstrap printed"));
 }
 
 bool Network::rejoin(const std::vector<std::string>& contacts, std::chrono::milliseconds lan_wait,

@@ -279,16 +279,22 @@ TEST(StateSync, ARequestsDeadlineScalesWithItsBytesAndTheMeasuredRate) {
       << d.failure();
 }
 
+// One request in flight, a 1 s floor and 1 MiB/s assumed: deadlines easy to name in a test.
+StateSyncOptions one_request_at_a_time() {
+  StateSyncOptions o;
+  o.parallel = 1;
+  o.request_floor = dht::Time(1000);
+  o.min_rate = 1 << 20;
+  return o;
+}
+
 // A donor late once (a stall of its machine or ours) that then delivers again starts its count of
 // missed deadlines afresh: the download finishes from it.
 TEST(StateSync, ALateDonorThatDeliversAgainIsKept) {
   auto snap = std::make_shared<StateSnapshot>("run-s", 2, random_blob(8u << 20, 7), 1u << 20);
   StateServer srv;
   srv.add(snap);
-  StateSyncOptions o;
-  o.parallel = 1;
-  o.request_floor = dht::Time(1000);
-  o.min_rate = 1 << 20;
+  const StateSyncOptions o = one_request_at_a_time();
   StateDownload d("run-s", {offer_of(*snap, 0)}, o, dht::Time(0));
   dht::Time now(0);
   const auto answer = [&](dht::Time at) {
@@ -320,10 +326,7 @@ TEST(StateSync, ARequestTheTransportGaveUpOnWhileItsDonorIsLateIsAskedAgain) {
   auto snap = std::make_shared<StateSnapshot>("run-s", 2, random_blob(8u << 20, 9), 1u << 20);
   StateServer srv;
   srv.add(snap);
-  StateSyncOptions o;
-  o.parallel = 1;
-  o.request_floor = dht::Time(1000);
-  o.min_rate = 1 << 20;
+  StateSyncOptions o = one_request_at_a_time();
   StateDownload d("run-s", {offer_of(*snap, 0)}, o, dht::Time(0));
   auto rs = d.take_requests();
   d.on_response(rs[0].id, *srv.answer(rs[0].body), dht::Time(0));  // the manifest
