@@ -148,25 +148,35 @@ void Controller::after_state(Time now) {
 void Controller::on_inner_done(Time phase, std::size_t live, Time now) {
   if (phase_ != Phase::running || !training_ || stopping_) return;
   training_ = false;
+  last_phase_ = phase;
+  live_ = live;
+  if (in_round_) {  // overlap: the round before this phase ends first
+    waiting_ = true;
+    return;
+  }
+  check(now);
+}
+
+void Controller::check(Time now) {
   // A node left alone in a window tries later windows for about one round of the others (its own
-  // last round: the inner phase and, without overlap, the averaging and outer step before it),
-  // and at least the next window (patience counts from its first ready record), so that a slower
-  // node, or one whose rounds fall into the other windows, still pairs (nodes that pair once then
-  // share a cadence). Not at all when it is the only member, once its view has had time to fill.
-  // A node that averaged with nobody in its last rounds although it is not alone doubles its
-  // patience each time (the others' rounds are longer than its own: e.g. a joiner beside a pair
-  // that averages a large model over a slow line), until its windows meet theirs.
-  const Time round = last_submit_ ? std::max(phase, now - *last_submit_) : phase;
-  const bool alone = now - training_since_.value_or(now) > opts_.settle && live <= 1;
+  // last round: from its last submit to now, which holds the inner phase and the averaging and
+  // outer step — in sequence, or side by side under overlap), and at least the next window
+  // (patience counts from its first ready record), so that a slower node, or one whose rounds
+  // fall into the other windows, still pairs (nodes that pair once then share a cadence). Not at
+  // all when it is the only member, once its view has had time to fill. A node that averaged with
+  // nobody in its last rounds although it is not alone doubles its patience each time (the
+  // others' rounds are longer than its own: e.g. a joiner beside a pair that averages a large
+  // model over a slow line), until its windows meet theirs. Under overlap this is decided here,
+  // when the phase that waited is checked, not when it ended: the round in flight then (its
+  // matchmaking perhaps still under way) would have been given the phase's length alone, a
+  // fraction of a round whose exchange is long, and its partner's next window missed.
+  const Time round = last_submit_ ? std::max(last_phase_, now - *last_submit_) : last_phase_;
+  const bool alone = now - training_since_.value_or(now) > opts_.settle && live_ <= 1;
   const Time base = std::max(round, 2 * opts_.window) * (Time::rep{1} << std::min(unpaired_, 6));
   patience_ = alone ? Time(0) : std::min(base, opts_.patience_cap);
   Action p{Kind::set_patience};
   p.time = patience_;
   push(std::move(p));
-  if (in_round_) {  // overlap: the round before this phase ends first
-    waiting_ = true;
-    return;
-  }
   push(Kind::check);
 }
 
@@ -238,7 +248,7 @@ void Controller::on_report(const Report& r, Time now) {
   if (stopping_) return leave(now);
   if (waiting_) {
     waiting_ = false;
-    return push(Kind::check);
+    return check(now);
   }
   if (finishing_) {
     if (!in_round_ && !training_) leave(now);

@@ -154,6 +154,7 @@ class Controller {
   void join_attempt(Time now);
   void join_failed(const std::string& why, Time now);
   void after_state(Time now);  // a checkpoint on the cadence
+  void check(Time now);        // patience for the next round, then `check`
   void submit(Time now);
   void train(Time now);
   void leave(Time now);
@@ -179,7 +180,9 @@ class Controller {
   Time round_deadline_{Time::max()};
   Time leave_deadline_{Time::max()};
   Time patience_{0};
-  Time last_sync_{0};  // the last round's, submit to new slow weights
+  Time last_phase_{0};    // the last inner phase's length (on_inner_done)
+  std::size_t live_ = 0;  // the live members it saw
+  Time last_sync_{0};     // the last round's, submit to new slow weights
   Time stop_grace() const { return std::max(opts_.stop_grace, 2 * last_sync_); }
   int unpaired_ = 0;  // rounds in a row that averaged with nobody
   std::uint32_t since_checkpoint_ = 0;

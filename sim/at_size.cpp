@@ -44,15 +44,20 @@ SizeOutcome run_at_size(const SizeSetup& s) {
     ++out.rounds[i];
     if (i == 0) rounds_of_0.push_back(w.now());
   });
-  const NodeSpec inner{s.inner, {}};
-  w.bootstrap(inner);
-  w.join(0, inner);
+  const auto spec = [&](std::size_t i) {
+    NodeSpec n{s.inner, {}};
+    n.overlap = s.overlap;
+    if (i < s.step_time.size()) n.step_time = s.step_time[i];
+    return n;
+  };
+  w.bootstrap(spec(0));
+  w.join(0, spec(1));
   out.bound_s = 8 * s.params / (s.mbit * 1e6 / 8);
   const gossip::Time day = ms(24 * 3600 * 1000);
   if (!w.run_until([&] { return w.rounds(1) >= 2; }, day)) return out;
   watching = true;
   const gossip::Time t0 = w.now();
-  out.joiner = w.join(0, inner);
+  out.joiner = w.join(0, spec(2));
   // Until the joiner has ended two rounds and the first two nodes two more each (a DiLoCo
   // group's members report one round's end one after the other): over lines this slow a pair's
   // exchange lasts several inner phases, and the joiner takes local rounds meanwhile.

@@ -20,6 +20,11 @@ struct SizeSetup {
   gossip::Time one_way{25};
   gossip::OuterMode mode = gossip::OuterMode::noloco;
   gossip::Time inner{600'000};  ///< the inner phase
+  /// The nodes train their next inner phase while the round runs (NodeSpec::overlap).
+  bool overlap = false;
+  /// The outer step of the first two nodes and the joiner (NodeSpec::step_time; missing: 0):
+  /// nodes whose steps differ end a round's exchange together but are ready again apart.
+  std::vector<gossip::Time> step_time;
   std::uint64_t seed = 77;
 };
 

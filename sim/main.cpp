@@ -46,7 +46,8 @@ const Experiment kExperiments[] = {
      "--workload quadratic|mlp --step-ms 100 --rtt-ms 0 (0: world model) --loss 0 --seed 1",
      grove::sim::run_scale},
     {"size", "a swarm at model size over slow lines: join vs its bound, rounds, deadlines fired",
-     "--params 1e9,8e9 --mbit 20,100 --outer noloco|diloco --inner-min 10 --rtt-ms 50 --seed 77",
+     "--params 1e9,8e9 --mbit 20,100 --outer noloco|diloco --inner-min 10 --rtt-ms 50 --seed 77 "
+     "--overlap 0|1",
      grove::sim::run_size},
     {"noloco-sweep",
      "gossip settings (group size, gamma, beta, alpha, partners, look-ahead) vs DiLoCo",

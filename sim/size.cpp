@@ -17,6 +17,7 @@ int run_size(const Args& a, const std::string& out) {
   const double inner_min = a.num("inner-min", 10);
   const double rtt = a.num("rtt-ms", 50);
   const auto seed = a.count("seed", 77);
+  const bool overlap = a.count("overlap", 0) != 0;
   const auto mode = gossip::parse_mode(outer);
   if (!mode) throw std::invalid_argument("--outer: noloco or diloco");
   if (inner_min <= 0 || rtt < 0) throw std::invalid_argument("--inner-min > 0, --rtt-ms >= 0");
@@ -26,8 +27,8 @@ int run_size(const Args& a, const std::string& out) {
     if (m <= 0 || m > 1e5) throw std::invalid_argument("--mbit: each in (0, 100000]");
   Csv csv(out + "/size.csv", {"params", "mbit", "outer", "join_s", "bound_s", "join_x_bound",
                               "round_s", "averaged", "rounds", "deadlines_fired", "sim_wall_s"});
-  std::printf("size: 3 nodes (2 pair, the third joins), %s, inner phase %.0f min, RTT %.0f ms\n",
-              outer.c_str(), inner_min, rtt);
+  std::printf("size: 3 nodes (2 pair, the third joins), %s%s, inner phase %.3g min, RTT %.0f ms\n",
+              outer.c_str(), overlap ? " with overlap" : "", inner_min, rtt);
   std::printf("%8s %6s %10s %10s %8s %10s %10s %6s %8s\n", "params", "Mbit/s", "join (s)",
               "bound (s)", "x bound", "round (s)", "averaged", "fired", "wall (s)");
   for (double p : sizes)
@@ -39,6 +40,7 @@ int run_size(const Args& a, const std::string& out) {
       s.inner = gossip::Time(static_cast<std::int64_t>(inner_min * 60'000));
       s.one_way = gossip::Time(static_cast<std::int64_t>(std::llround(rtt / 2)));
       s.seed = seed;
+      s.overlap = overlap;
       const SizeOutcome r = run_at_size(s);
       int averaged = 0, rounds = 0;
       for (std::size_t i = 0; i < r.rounds.size(); ++i)

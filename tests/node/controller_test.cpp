@@ -275,9 +275,9 @@ TEST(Controller, OverlapMixesAndSubmitsAPhaseThatWaited) {
   EXPECT_EQ(kinds(c), (std::vector{K::submit, K::train}));
   // The phase ends before the round: it waits, then is mixed, checked and submitted.
   c.on_inner_done(ms(1000), 2, ms(3000));
-  EXPECT_EQ(kinds(c), (std::vector{K::set_patience}));
+  EXPECT_EQ(kinds(c), (std::vector<K>{}));
   c.on_report(report(Report::Kind::round), ms(3500));
-  EXPECT_EQ(kinds(c), (std::vector{K::mix, K::checkpoint, K::check}));
+  EXPECT_EQ(kinds(c), (std::vector{K::mix, K::checkpoint, K::set_patience, K::check}));
   c.on_theta(kFinite, ms(3500));
   EXPECT_EQ(kinds(c), (std::vector{K::submit, K::train}));
   // A catch-up replaces the state: the phase that waited is lost, the next starts from φ.
@@ -285,6 +285,33 @@ TEST(Controller, OverlapMixesAndSubmitsAPhaseThatWaited) {
   c.take_actions();
   c.on_report(report(Report::Kind::synced), ms(4500));
   EXPECT_EQ(kinds(c), (std::vector{K::load_phi, K::checkpoint, K::train}));
+}
+
+// Under overlap a short inner phase ends long before the round in flight (a large model's
+// exchange over a slow line). The patience of the next round is one round of this node's cadence
+// (submit to submit), decided when the phase that waited is checked; the round in flight keeps
+// its own. Before, the phase's length alone was given at its end, to the round still matching:
+// two windows, and a partner whose exchange ended a few seconds later was missed (a 500M pair
+// under --overlap averaged 8 of 22 rounds).
+TEST(Controller, OverlapPatienceIsTheRoundsCadenceNotThePhase) {
+  ControllerOptions o;
+  o.overlap = true;
+  o.window = ms(5000);
+  o.patience_cap = ms(1'800'000);
+  Controller c(o);
+  c.begin(StartKind::bootstrap, false, ms(0));
+  c.take_actions();
+  c.on_inner_done(ms(8000), 2, ms(8000));
+  EXPECT_EQ(c.patience(), ms(10'000));  // the first round: two windows
+  c.take_actions();
+  c.on_theta(kFinite, ms(8000));
+  EXPECT_EQ(kinds(c), (std::vector{K::submit, K::train}));
+  c.on_inner_done(ms(8000), 2, ms(16'000));  // the round (matching, then 330 s) runs on
+  EXPECT_EQ(kinds(c), (std::vector<K>{}));   // its patience is left as it was
+  EXPECT_EQ(c.patience(), ms(10'000));
+  c.on_report(report(Report::Kind::round), ms(348'000));
+  EXPECT_EQ(kinds(c), (std::vector{K::mix, K::checkpoint, K::set_patience, K::check}));
+  EXPECT_EQ(c.patience(), ms(340'000));  // submit to now: the round, not the 8 s phase
 }
 
 TEST(Controller, NonFinitePhaseIsDroppedAndTheRoundGoesOnWithPhi) {

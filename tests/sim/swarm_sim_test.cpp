@@ -290,6 +290,31 @@ TEST(SwarmSim, OneBillionParametersDiLoCoJoinerGetsInAndKeepsItsDeadlines) {
   for (const double mbit : {20.0, 100.0}) at_size(1e9, mbit, OuterMode::diloco);
 }
 
+// Overlap at size: inner phases of 10 s beside NoLoCo exchanges of 4 GB each way (500M
+// parameters at 100 Mbit/s: 5 minutes), and one node whose outer step takes 30 s longer (its
+// state paged from a slower disk): the pair ends each exchange together but is ready again half a
+// minute apart. Each waits about a round of its cadence for the other, so they average every
+// round after the first; given the phase's length alone (10 s: before, under overlap), each
+// missed the other's window and took local rounds, one of them in every other round.
+TEST(SwarmSim, OverlapPairAtSizeAveragesEveryRoundDespiteUnevenSteps) {
+  SizeSetup setup;
+  setup.params = 5e8;
+  setup.mbit = 100;
+  setup.mode = OuterMode::noloco;
+  setup.inner = ms(10'000);
+  setup.overlap = true;
+  setup.step_time = {ms(0), ms(30'000), ms(0)};
+  const SizeOutcome r = run_at_size(setup);
+  ASSERT_TRUE(r.completed);
+  for (const auto& f : r.fired) ADD_FAILURE() << f;
+  EXPECT_LE(r.join_s, 1.2 * r.bound_s + 10) << "bound " << r.bound_s << " s";
+  for (std::size_t i = 0; i < r.rounds.size(); ++i) {
+    EXPECT_GE(r.rounds[i], 2) << "node " << i;
+    EXPECT_GE(r.averaged[i] + 1, r.rounds[i])
+        << "node " << i << " averaged " << r.averaged[i] << " of " << r.rounds[i] << " rounds";
+  }
+}
+
 // More seeds of both scenarios (minutes of run time: not part of CI's test run):
 // GROVE_SIM_SEEDS=N runs seeds 100 .. 100+N-1.
 TEST(SwarmSim, ManySeedsStayHealthy) {
