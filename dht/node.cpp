@@ -190,8 +190,15 @@ void DhtNode::handle_request(const Peer& from, const Message& m, Time now) {
         if (st != RecordStatus::ok) {
           ++stats_.bad_records;
           if (may_warn(now)) {
-            spdlog::warn("dht: refused a record from {} ({}): {}", short_hex(from.id),
-                         from.observed_address, to_string(st));
+            // How late an expired record came says where it waited (a sender whose writes queue
+            // behind bulk data, or a receiver whose strand was busy).
+            const std::string late =
+                st == RecordStatus::expired
+                    ? fmt::format(" {} ms ago (key {}, {} bytes)", (now - rec.expires).count(),
+                                  short_hex(rec.key), rec.value.size())
+                    : std::string();
+            spdlog::warn("dht: refused a record from {} ({}): {}{}", short_hex(from.id),
+                         from.observed_address, to_string(st), late);
           }
           r.codes.push_back(StoreCode::invalid);
           continue;
