@@ -36,6 +36,8 @@ GroupExchange::GroupExchange(OpId op, NodeId self, std::vector<NodeId> group,
     if (id != self_) peers_.emplace(id, Incoming{});
   fold_ = peers_.size() == 1;
   if (fold_) scratch_.resize(opts_.chunk_values);
+  folding_ = peers_.size() > 1;
+  if (folding_) folded_.resize(own_.size());
   // No pass over our tensors before the first byte (at the size of a model whose state is in
   // the node's pages, a pass reads gigabytes from the disk, longer than a partner waits for
   // us): each chunk is checked (finite) and adds to our norm as the first partner's stream
@@ -56,6 +58,51 @@ GroupExchange::GroupExchange(OpId op, NodeId self, std::vector<NodeId> group,
 
 std::size_t GroupExchange::chunks_of(std::size_t tensor) const {
   return (own_[tensor].size() + opts_.chunk_values - 1) / opts_.chunk_values;
+}
+
+std::size_t GroupExchange::received(const Incoming& in) const {
+  if (in.state == Incoming::complete) return position(own_.size(), 0);
+  // (Between tensors `next` still counts the last one's chunks: none of `tensor` is in yet.)
+  return position(in.tensor, in.begun ? in.next : 0);
+}
+
+void GroupExchange::fold_more() {
+  if (!folding_) return;
+  std::size_t upto = position(own_.size(), 0);
+  for (const auto& [id, in] : peers_) {
+    if (in.state == Incoming::failed) {  // the mean is taken at the end over the others
+      folding_ = false;
+      folded_.clear();
+      folded_.shrink_to_fit();
+      return;
+    }
+    upto = std::min(upto, received(in));
+  }
+  const float count = static_cast<float>(peers_.size() + 1);
+  while (fold_tensor_ < own_.size() && position(fold_tensor_, fold_chunk_) < upto) {
+    const auto& mine = own_[fold_tensor_];
+    const std::size_t off = fold_chunk_ * opts_.chunk_values;
+    const std::size_t len = std::min(opts_.chunk_values, mine.size() - off);
+    auto& dst_t = folded_[fold_tensor_];
+    if (dst_t.size() != mine.size()) dst_t = optim::Floats::zeros(mine.size(), opts_.alloc);
+    // As maybe_finish() sums: ours, then each partner's in member-id order, then the division.
+    float* dst = dst_t.data() + off;
+    const float* a = mine.data() + off;
+    for (std::size_t i = 0; i < len; ++i) dst[i] = a[i];
+    for (const auto& [id, in] : peers_) {
+      const float* src = in.staged[fold_tensor_].data() + off;
+      for (std::size_t i = 0; i < len; ++i) dst[i] += src[i];
+    }
+    for (std::size_t i = 0; i < len; ++i) dst[i] /= count;
+    dst_t.release(off, off + len);
+    for (const auto& [id, in] : peers_) in.staged[fold_tensor_].release(off, off + len);
+    // (Ours is read again only by a stream that has not encoded this chunk yet.)
+    mine.release(off, off + len);
+    if (++fold_chunk_ == chunks_of(fold_tensor_)) {
+      ++fold_tensor_;
+      fold_chunk_ = 0;
+    }
+  }
 }
 
 std::size_t GroupExchange::position(std::size_t tensor, std::size_t chunk) const {
@@ -106,6 +153,8 @@ void GroupExchange::abort_local(Time now) {
     stop_sending(in);
   }
   finished_ = true;
+  folded_.clear();
+  folded_.shrink_to_fit();
   mean_ = std::move(own_);
 }
 
@@ -271,6 +320,7 @@ void GroupExchange::on_chunk(const NodeId& from, Incoming& in, const Message& m)
   staged.release(off, off + len);
   in.hasher->update(m.payload);
   ++in.next;
+  fold_more();
 }
 
 void GroupExchange::check_complete(const NodeId& from, Incoming& in, Time now) {
@@ -296,11 +346,26 @@ void GroupExchange::maybe_finish() {
   for (const auto& [id, in] : peers_)
     if (in.state == Incoming::receiving || (in.state == Incoming::complete && !in.out.done)) return;
   finished_ = true;
+  fold_more();  // (a failure since the last chunk ends the folding)
+  if (folding_ && fold_tensor_ == own_.size()) {
+    // Every partner completed and every chunk is folded: no pass over the model at the end.
+    mean_ = std::move(folded_);
+    mean_streamed_ = true;
+    own_.clear();
+    for (auto& [id, in] : peers_) {
+      in.staged.clear();
+      in.staged.shrink_to_fit();
+    }
+    return;
+  }
+  folded_.clear();
+  folded_.shrink_to_fit();
   if (fold_) {
     // A pair: the partner's staged tensors are the mean already (on_chunk), or ours stand alone.
     auto& in = peers_.begin()->second;
     if (in.state == Incoming::complete) {
       mean_ = std::move(in.staged);
+      mean_streamed_ = true;
       own_.clear();
     } else {
       mean_ = std::move(own_);

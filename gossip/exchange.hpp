@@ -84,6 +84,9 @@ class GroupExchange final : public Protocol {
   const std::vector<optim::Floats>& mean() const { return mean_; }
   /// Moves the mean out (for reuse of its buffers once it has been applied).
   std::vector<optim::Floats> take_mean() { return std::move(mean_); }
+  /// The mean was made as the chunks arrived (a pair, or a group whose partners all completed):
+  /// no pass over the model after the last byte.
+  bool mean_streamed() const { return mean_streamed_; }
   /// The partners whose tensors were used.
   std::vector<NodeId> completed() const;
   /// Partners that failed, with the reason.
@@ -163,7 +166,20 @@ class GroupExchange final : public Protocol {
   // holds one decoded chunk.
   bool fold_ = false;
   std::vector<float> scratch_;
+  // More partners (a trio): each chunk's mean goes into `folded_` once every partner's copy of
+  // it is in (the same sums in the same order as the pass at the end), so that the last byte
+  // ends the exchange here too. The partners' staged tensors and ours stay as they came: a
+  // partner that fails drops the folded chunks (folding_ false) and the mean is taken at the end
+  // over those that completed, as without folding.
+  bool folding_ = false;
+  std::vector<optim::Floats> folded_;
+  std::size_t fold_tensor_ = 0, fold_chunk_ = 0;  // the next chunk to fold
+  /// Chunks of ours a partner has sent us so far, counted over all tensors in order.
+  std::size_t received(const Incoming& in) const;
+  /// Folds every chunk that all partners have sent (a trio's running mean).
+  void fold_more();
   bool finished_ = false;
+  bool mean_streamed_ = false;
   std::uint64_t bytes_sent_ = 0, bytes_received_ = 0;
   std::vector<Outgoing> out_;
 };

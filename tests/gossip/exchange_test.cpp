@@ -85,7 +85,54 @@ TEST(GroupExchange, PairAndTrioAverageWholeTensors) {
     for (std::size_t i = 0; i < members; ++i) {
       EXPECT_EQ(g.at(i)->completed().size(), members - 1);
       for (std::size_t t = 0; t < 2; ++t) EXPECT_EQ(g.at(i)->mean()[t], g.mean_of(i, all, t));
+      // Made as the chunks came (a pair's and a trio's): no pass over the model at the end.
+      EXPECT_TRUE(g.at(i)->mean_streamed());
     }
+  }
+}
+
+// A trio's mean is folded chunk by chunk while the partners' tensors arrive. A member killed at
+// any byte leaves each survivor with the mean of whole, verified tensors only: its own and those
+// of the partners that completed, the same bits as a mean taken at the end (the folded chunks
+// that held the dead member's values are dropped).
+TEST(GroupExchange, TrioMemberKilledAtAnyByteLeavesTheMeanOfTheWholeTensors) {
+  std::mt19937_64 rng(7);
+  int dropped = 0, streamed = 0;
+  for (int trial = 0; trial < 40; ++trial) {
+    sim::GossipLinkModel link;
+    link.bytes_per_ms = 4000;
+    link.loss_detect = trial % 2 ? 50ms : dht::Time::max() / 4;
+    Group g(900 + trial, 3, 2, 256 * 8 + 5, fp32_opts(), link);
+    // Member 2 sends 2 × 2 tensors of ~8 KiB: killed anywhere in them, or not at all.
+    const std::uint64_t offset = rng() % (2 * 2 * 4 * (256 * 8 + 5) + 2000);
+    g.net.kill_at_byte(g.ids[2], offset);
+    g.start();
+    ASSERT_TRUE(g.net.run_until([&] { return g.at(0)->finished() && g.at(1)->finished(); }, 60s));
+    for (std::size_t i = 0; i < 2; ++i) {
+      std::vector<std::size_t> who{i};
+      for (const auto& id : g.at(i)->completed())
+        who.push_back(
+            static_cast<std::size_t>(std::find(g.ids.begin(), g.ids.end(), id) - g.ids.begin()));
+      for (std::size_t t = 0; t < 2; ++t)
+        EXPECT_EQ(g.at(i)->mean()[t], g.mean_of(i, who, t)) << "trial " << trial << " member " << i;
+      if (who.size() < 3) ++dropped;
+      EXPECT_EQ(g.at(i)->mean_streamed(), who.size() == 3) << "trial " << trial;
+      streamed += g.at(i)->mean_streamed();
+    }
+  }
+  EXPECT_GT(dropped, 30);  // the kill fell inside the tensors in most trials
+  EXPECT_GT(streamed, 0);
+  // A member whose tensors all arrive, and are all folded, but fail their check at the end (a
+  // norm 100× the others'): the others' means leave every one of its values out.
+  Group g(77, 3, 2, 256 * 8 + 5, fp32_opts());
+  for (auto& t : g.tensors[2])
+    for (auto& v : t) v *= 100.0f;
+  g.start();
+  ASSERT_TRUE(g.net.run_until([&] { return g.all_finished(); }, 30s));
+  for (std::size_t i = 0; i < 2; ++i) {
+    ASSERT_EQ(g.at(i)->completed(), std::vector<NodeId>{g.ids[1 - i]});
+    for (std::size_t t = 0; t < 2; ++t) EXPECT_EQ(g.at(i)->mean()[t], g.mean_of(i, {0, 1}, t));
+    EXPECT_FALSE(g.at(i)->mean_streamed());
   }
 }
 

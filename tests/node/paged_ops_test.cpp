@@ -135,5 +135,37 @@ TEST_F(PagedOps, AnExchangeOfPagedArraysHoldsAWindowNotTheModel) {
     EXPECT_NEAR(m[i], (value(0, i) + value(1, i)) / 2, 1e-3) << i;
 }
 
+// A trio (an odd member joins a pair): each member's mean is folded chunk by chunk as its two
+// partners' tensors arrive, in pages as well; nothing of the model is resident at once.
+TEST_F(PagedOps, ATrioExchangeOfPagedArraysHoldsItsWindowsNotTheModel) {
+  gossip::ExchangeOptions o;
+  o.alloc = alloc;
+  NodeId c{};
+  c[0] = 3;
+  std::vector<optim::Floats> ta, tb, tc;
+  ta.push_back(filled(0, alloc));
+  tb.push_back(filled(1, alloc));
+  tc.push_back(filled(2, alloc));
+  const std::uint64_t base = rss_now();
+  PeakRss peak;
+  const std::vector<NodeId> group{a, b, c};
+  auto ea = gossip::GroupExchange::create(op, a, group, std::move(ta), o, dht::Time(0)).value();
+  auto eb = gossip::GroupExchange::create(op, b, group, std::move(tb), o, dht::Time(0)).value();
+  auto ec = gossip::GroupExchange::create(op, c, group, std::move(tc), o, dht::Time(0)).value();
+  run({{a, ea.get()}, {b, eb.get()}, {c, ec.get()}});
+  const std::uint64_t grew = peak.stop() - base;
+  ASSERT_TRUE(ea->finished() && eb->finished() && ec->finished());
+  ASSERT_EQ(ea->completed().size(), 2u);
+  EXPECT_TRUE(ea->mean_streamed());
+  // Tensors, staging and the folded means: 9 × 128 MiB in the pages; each member's two streams
+  // hold their windows (3 × 2 × 32 messages of 512 KiB at most).
+  EXPECT_LT(grew, kPass + 3 * kWindows / 2 + kSlack)
+      << "resident memory grew by " << grew << " bytes";
+  const auto& m = ea->mean()[0];
+  ASSERT_TRUE(m.paged());
+  for (std::size_t i : {std::size_t{0}, std::size_t{4321}, kValues / 2 + 3, kValues - 1})
+    EXPECT_NEAR(m[i], (value(0, i) + value(1, i) + value(2, i)) / 3, 1e-3) << i;
+}
+
 }  // namespace
 }  // namespace grove::node
