@@ -513,6 +513,21 @@ void RoundEngine::request_mode(OuterMode mode, std::optional<std::uint64_t> from
 // ---- timers ------------------------------------------------------------------------------------
 
 void RoundEngine::on_timer(Time now) {
+  // DiLoCo: a member seen fetching the state is waited for from the last time it was seen so —
+  // during our inner phase, or while our matchmaker tries later windows on its own (its
+  // patience) — not from the last time a round of ours looked: a joiner whose download ended
+  // during our inner phase, or minutes after our last look, was given up on while it trained its
+  // first inner phase, and fetched the next round's state again, round after round.
+  // (While matching, only as long as a round waits for a download at all: wait_for_syncing.)
+  if ((phase_ == Phase::idle || phase_ == Phase::matching) &&
+      mode_of(state_.round) == OuterMode::diloco && !entering_diloco_ && opts_.diloco_group == 0 &&
+      opts_.group_wait > Time(0)) {
+    const Others view = others(now);
+    if (phase_ == Phase::matching)
+      wait_for_syncing(view, now - submitted_, now);
+    else if (view.syncing > 0 && !view.ahead)
+      synced_seen_ = now;
+  }
   pairs_->on_timer(now);
   groups_->on_timer(now);
   if (!mode_polling_ && now >= next_mode_poll_ && phase_ != Phase::none) poll_modes(now);

@@ -350,12 +350,10 @@ class RoundEngine {
     synced_seen_ = now;  // the group waits for them, and for group_wait once they are in
     return true;
   }
-  Time synced_seen_ = Time::min();  // when we last waited for a member fetching the state
+  Time synced_seen_ = Time::min();  // when we last saw (and waited for) a member fetching the state
   Time idle_at_{0}, inner_{0};      // our last inner phase: its start and length
   Time round_time_{0};              // our last round: inner phase and averaging
   Time last_sync_{0};               // our last state sync (download and parse or replay)
-  /// An inner phase once we waited for a member fetching the state this round (it trains its
-  /// inner phase before it is ready), else nothing: added to the waits for the group.
   /// Where a new inner phase starts from value `offset` on: φ + la·m (m null: φ itself).
   struct StartPoint {
     const float* phi;
@@ -364,7 +362,10 @@ class RoundEngine {
     float at(std::size_t i) const { return m ? phi[i] + la * m[i] : phi[i]; }
   };
   StartPoint start_point(std::size_t offset) const;
-  Time newcomer_phase() const { return synced_seen_ > submitted_ ? inner_ : Time(0); }
+  /// An inner phase when we saw a member fetching the state during our last inner phase or since
+  /// (it trains its own inner phase before it is ready), else nothing: added to the waits for
+  /// the group.
+  Time newcomer_phase() const { return synced_seen_ + inner_ > submitted_ ? inner_ : Time(0); }
   /// The work of a round's step: φ and the momentum move into it, with its inputs set by the
   /// caller; finish_round hands it to the driver.
   /// `delta`: the step keeps the round's mean Δ as a delta (a DiLoCo all-reduce's).

@@ -170,9 +170,14 @@ void Controller::check(Time now) {
   // when the phase that waited is checked, not when it ended: the round in flight then (its
   // matchmaking perhaps still under way) would have been given the phase's length alone, a
   // fraction of a round whose exchange is long, and its partner's next window missed.
+  // A quarter more than the round: the others' next ready records come a round after their
+  // last window, which may be a window before our first read, plus their lead (up to 20 s while
+  // their writes queue behind a transfer); with exactly a round, the odd node of three that
+  // missed the pair's window gave up seconds before the pair was ready again (500M NoLoCo).
   const Time round = last_submit_ ? std::max(last_phase_, now - *last_submit_) : last_phase_;
   const bool alone = now - training_since_.value_or(now) > opts_.settle && live_ <= 1;
-  const Time base = std::max(round, 2 * opts_.window) * (Time::rep{1} << std::min(unpaired_, 6));
+  const Time base =
+      std::max(round + round / 4, 2 * opts_.window) * (Time::rep{1} << std::min(unpaired_, 6));
   patience_ = alone ? Time(0) : std::min(base, opts_.patience_cap);
   Action p{Kind::set_patience};
   p.time = patience_;

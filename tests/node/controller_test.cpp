@@ -80,7 +80,7 @@ TEST(Controller, PatienceFollowsTheLastRoundWithinBounds) {
   c.on_theta(kFinite, ms(100'000));
   c.on_report(report(Report::Kind::round), ms(104'000));
   c.on_inner_done(ms(5000), 2, ms(109'000));  // the round: 4 s averaging + the 5 s phase
-  EXPECT_EQ(c.patience(), ms(9000));
+  EXPECT_EQ(c.patience(), ms(11'250));        // and a quarter more
 }
 
 // A node beside others whose rounds find nobody (their rounds are longer than its own) doubles
@@ -101,13 +101,13 @@ TEST(Controller, PatienceDoublesWhileRoundsFindNobody) {
     c.on_theta(kFinite, t);
     c.on_report(report(Report::Kind::round, false), t);  // nobody was ready
   }
-  EXPECT_EQ(seen, (std::vector<Time>{ms(5000), ms(10'000), ms(20'000), ms(40'000), ms(60'000),
+  EXPECT_EQ(seen, (std::vector<Time>{ms(6250), ms(12'500), ms(25'000), ms(50'000), ms(60'000),
                                      ms(60'000)}));
   c.on_inner_done(ms(5000), 3, t + ms(5000));
   c.on_theta(kFinite, t + ms(5000));
   c.on_report(report(Report::Kind::round), t + ms(6000));  // paired at last
   c.on_inner_done(ms(5000), 3, t + ms(11'000));
-  EXPECT_EQ(c.patience(), ms(6000));  // one round again: 1 s averaging + the 5 s phase
+  EXPECT_EQ(c.patience(), ms(7500));  // one round again (1 s averaging + the 5 s phase) + 1/4
 }
 
 TEST(Controller, AloneBeforeTheViewSettledStillWaits) {
@@ -117,7 +117,7 @@ TEST(Controller, AloneBeforeTheViewSettledStillWaits) {
   c.begin(StartKind::bootstrap, false, ms(0));
   c.take_actions();
   c.on_inner_done(ms(5000), 1, ms(5000));
-  EXPECT_EQ(c.patience(), ms(5000));
+  EXPECT_EQ(c.patience(), ms(6250));
 }
 
 TEST(Controller, JoinRetriesThenGivesUp) {
@@ -311,7 +311,7 @@ TEST(Controller, OverlapPatienceIsTheRoundsCadenceNotThePhase) {
   EXPECT_EQ(c.patience(), ms(10'000));
   c.on_report(report(Report::Kind::round), ms(348'000));
   EXPECT_EQ(kinds(c), (std::vector{K::mix, K::checkpoint, K::set_patience, K::check}));
-  EXPECT_EQ(c.patience(), ms(340'000));  // submit to now: the round, not the 8 s phase
+  EXPECT_EQ(c.patience(), ms(425'000));  // submit to now (the round, not the 8 s phase) + 1/4
 }
 
 TEST(Controller, NonFinitePhaseIsDroppedAndTheRoundGoesOnWithPhi) {
