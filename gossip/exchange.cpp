@@ -9,6 +9,23 @@
 
 namespace grove::gossip {
 
+namespace {
+// The mean of ours and the partners' values [lo, hi) into dst (ours itself, or apart from it):
+// ours, then each partner's in the order given (member id), then the division. The one order of
+// the streamed trio mean and the pass at the end, so that both give the same bits.
+void mean_into(float* dst, const float* ours, const std::vector<const optim::Floats*>& partners,
+               std::size_t lo, std::size_t hi) {
+  if (dst != ours)
+    for (std::size_t i = lo; i < hi; ++i) dst[i] = ours[i];
+  for (const auto* p : partners) {
+    const float* src = p->data();
+    for (std::size_t i = lo; i < hi; ++i) dst[i] += src[i];
+  }
+  const float count = static_cast<float>(partners.size() + 1);
+  for (std::size_t i = lo; i < hi; ++i) dst[i] /= count;
+}
+}  // namespace
+
 transport::Result<std::unique_ptr<GroupExchange>> GroupExchange::create(
     OpId op, NodeId self, std::vector<NodeId> group, std::vector<std::vector<float>> tensors,
     ExchangeOptions opts, Time now) {
@@ -78,26 +95,19 @@ void GroupExchange::fold_more() {
     }
     upto = std::min(upto, received(in));
   }
-  const float count = static_cast<float>(peers_.size() + 1);
   while (fold_tensor_ < own_.size() && position(fold_tensor_, fold_chunk_) < upto) {
     const auto& mine = own_[fold_tensor_];
     const std::size_t off = fold_chunk_ * opts_.chunk_values;
-    const std::size_t len = std::min(opts_.chunk_values, mine.size() - off);
-    auto& dst_t = folded_[fold_tensor_];
-    if (dst_t.size() != mine.size()) dst_t = optim::Floats::zeros(mine.size(), opts_.alloc);
-    // As maybe_finish() sums: ours, then each partner's in member-id order, then the division.
-    float* dst = dst_t.data() + off;
-    const float* a = mine.data() + off;
-    for (std::size_t i = 0; i < len; ++i) dst[i] = a[i];
-    for (const auto& [id, in] : peers_) {
-      const float* src = in.staged[fold_tensor_].data() + off;
-      for (std::size_t i = 0; i < len; ++i) dst[i] += src[i];
-    }
-    for (std::size_t i = 0; i < len; ++i) dst[i] /= count;
-    dst_t.release(off, off + len);
-    for (const auto& [id, in] : peers_) in.staged[fold_tensor_].release(off, off + len);
+    const std::size_t end = std::min(mine.size(), off + opts_.chunk_values);
+    auto& dst = folded_[fold_tensor_];
+    if (dst.size() != mine.size()) dst = optim::Floats::zeros(mine.size(), opts_.alloc);
+    std::vector<const optim::Floats*> theirs;
+    for (const auto& [id, in] : peers_) theirs.push_back(&in.staged[fold_tensor_]);
+    mean_into(dst.data(), mine.data(), theirs, off, end);
+    dst.release(off, end);
+    for (const auto* t : theirs) t->release(off, end);
     // (Ours is read again only by a stream that has not encoded this chunk yet.)
-    mine.release(off, off + len);
+    mine.release(off, end);
     if (++fold_chunk_ == chunks_of(fold_tensor_)) {
       ++fold_tensor_;
       fold_chunk_ = 0;
@@ -381,20 +391,15 @@ void GroupExchange::maybe_finish() {
   for (const auto& [id, in] : peers_)
     if (in.state == Incoming::complete) done.push_back(&in);
   if (!done.empty()) {
-    const float count = static_cast<float>(done.size() + 1);
     for (std::size_t t = 0; t < mean_.size(); ++t) {
-      float* dst = mean_[t].data();
-      std::vector<const optim::Floats*> arrays{&mean_[t]};
-      for (const Incoming* in : done) arrays.push_back(&in->staged[t]);
-      // A fragment at a time: the sum in partner order, then the division (as a whole pass did).
+      std::vector<const optim::Floats*> theirs;
+      for (const Incoming* in : done) theirs.push_back(&in->staged[t]);
+      // A fragment at a time (as a whole pass did), in place in ours.
       for (std::size_t lo = 0; lo < mean_[t].size(); lo += optim::kFragment) {
         const std::size_t hi = std::min(mean_[t].size(), lo + optim::kFragment);
-        for (const Incoming* in : done) {
-          const float* src = in->staged[t].data();
-          for (std::size_t i = lo; i < hi; ++i) dst[i] += src[i];
-        }
-        for (std::size_t i = lo; i < hi; ++i) dst[i] /= count;
-        for (const auto* a : arrays) a->release(lo, hi);
+        mean_into(mean_[t].data(), mean_[t].data(), theirs, lo, hi);
+        mean_[t].release(lo, hi);
+        for (const auto* a : theirs) a->release(lo, hi);
       }
     }
   }

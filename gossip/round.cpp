@@ -518,7 +518,8 @@ void RoundEngine::on_timer(Time now) {
   // patience) — not from the last time a round of ours looked: a joiner whose download ended
   // during our inner phase, or minutes after our last look, was given up on while it trained its
   // first inner phase, and fetched the next round's state again, round after round.
-  // (While matching, only as long as a round waits for a download at all: wait_for_syncing.)
+  // (While matching, only as long as a round waits for a download at all: wait_for_syncing.
+  // During the inner phase the mode polls and offer refreshes below bring the timer round.)
   if ((phase_ == Phase::idle || phase_ == Phase::matching) &&
       mode_of(state_.round) == OuterMode::diloco && !entering_diloco_ && opts_.diloco_group == 0 &&
       opts_.group_wait > Time(0)) {
