@@ -193,6 +193,7 @@ void Matchmaker::ready(std::uint64_t round, std::vector<std::string> addresses, 
   window_ = 0;
   publish(now);
   first_read_ = read_at_;
+  busy_seen_ = Time::min();
 }
 
 namespace {
@@ -387,8 +388,11 @@ void Matchmaker::on_read(std::uint64_t attempt, std::vector<dht::Record> records
       const Time now = store_.now();
       // Patience counts from our first window's read, not from ready(): a node whose lead is
       // longer than the others' (its writes queued behind a state it serves over a slow link)
-      // lands a window or more after theirs, and still waits a whole round of theirs.
-      if (now + opts_.window - first_read_ <= opts_.patience) return publish(now);  // next window
+      // lands a window or more after theirs, and still waits a whole round of theirs. Others
+      // still in a round of theirs move its start to now (busy_cap).
+      if (busy_ && now - first_read_ < opts_.busy_cap && busy_(now)) busy_seen_ = now;
+      if (now + opts_.window - std::max(first_read_, busy_seen_) <= opts_.patience)
+        return publish(now);  // next window
       r.note = "nobody else was ready in this window";
     }
   }

@@ -57,6 +57,16 @@ struct MatchOptions {
   /// round, so about one round time of the fast nodes lets a slow node pair nearly every time (the
   /// node sets it from its round time).
   Time patience{60'000};
+  /// A node left alone while another member is still in a round of its own (its member record
+  /// says it is averaging, yet it wrote no ready record into our window: an exchange of a large
+  /// model over a slow line, minutes long) counts its patience from the last read that saw such
+  /// a member, not from its first read: that member is ready again about one inner phase after
+  /// its round ends (a joiner's first round, or the odd node beside a pair, would otherwise go
+  /// alone minutes before the others come back). At most busy_cap past the first read: the
+  /// round engine sets it to the time a three-member exchange of its tensors takes at the rate
+  /// its own exchanges have run (Matchmaker::set_busy_cap), so a member busy for longer than any
+  /// exchange should last is not waited for.
+  Time busy_cap{1'800'000};
   std::size_t max_ready = 4096;  ///< records considered per window
   /// 2 for NoLoCo pairs; 0 for one DiLoCo group of everyone ready in the window, or a bound on
   /// the all-reduce group size. A member not ready in the window is left out of that round.
@@ -201,6 +211,10 @@ class Matchmaker {
   void set_live_filter(std::function<bool(const NodeId&)> f) { live_ = std::move(f); }
   /// Changes MatchOptions::patience (the node sets it from its measured round time).
   void set_patience(Time t) { opts_.patience = t; }
+  /// Whether another member is in a round of its own now (MatchOptions::busy_cap); asked when a
+  /// window left us alone.
+  void set_busy_probe(std::function<bool(Time)> f) { busy_ = std::move(f); }
+  void set_busy_cap(Time t) { opts_.busy_cap = t; }
   /// The swarm's size as our view has it (sets the number of buckets of the next ready()).
   void set_swarm_size(std::size_t n) { swarm_size_ = n; }
   /// Declares us ready for `round` now; `done` runs once with the group (from on_timer or a DHT
@@ -234,6 +248,7 @@ class Matchmaker {
   std::string run_id_;
   MatchOptions opts_;
   std::function<bool(const NodeId&)> live_;
+  std::function<bool(Time)> busy_;
   State state_ = State::idle;
   std::uint64_t attempt_ = 0;
   std::uint64_t round_ = 0, window_ = 0;
@@ -245,6 +260,7 @@ class Matchmaker {
   bool behind_ = false, fresh_ = false;
   double delta_norm_ = std::numeric_limits<double>::quiet_NaN();
   Time read_at_{0}, give_up_at_{0}, first_read_{0};
+  Time busy_seen_{Time::min()};   ///< the last read that left us alone while others were busy
   std::deque<Time> write_times_;  ///< the last ready writes' durations, newest last
   std::uint64_t written_window_ = 0, late_window_ = 0;  ///< windows whose write ended (late)
   std::vector<std::string> addresses_;

@@ -39,6 +39,7 @@ OthersView view_of_others(const std::vector<dht::MemberInfo>& live, const NodeId
     o.at_round += r == round && !syncing;
     o.syncing += syncing && r <= round;
     o.finishing += last_group.contains(mem.id) && mem.status == "averaging" && r + 1 == round;
+    o.busy += mem.status == "averaging";
   }
   return o;
 }

@@ -43,6 +43,9 @@ struct OthersView {
   /// Members of `last_group` whose records still say they are ending the round before ours
   /// (status averaging): at our round in a moment.
   std::size_t finishing = 0;
+  /// In a round of their own (status averaging), at any round: ready again within about an inner
+  /// phase once it ends.
+  std::size_t busy = 0;
   bool ahead = false;  ///< one has ended our round already
 };
 OthersView view_of_others(const std::vector<dht::MemberInfo>& live, const NodeId& self,

@@ -59,6 +59,9 @@ RoundEngine::RoundEngine(dht::RecordStore& store, dht::Membership& members, std:
   auto live = [this](const NodeId& id) { return !departed_.contains(id); };
   pairs_->set_live_filter(live);
   groups_->set_live_filter(live);
+  // NoLoCo: a member whose record says it is averaging, though it was not ready in our window, is
+  // mid-exchange (MatchOptions::busy_cap): a node alone keeps waiting for it.
+  pairs_->set_busy_probe([this](Time now) { return others(now).busy > 0; });
   members_.watch(guarded(alive_, [this](dht::MemberEvent e, const dht::MemberInfo& m) {
     if (e == dht::MemberEvent::left) {
       departed_.insert(m.id);
@@ -200,7 +203,16 @@ void RoundEngine::declare_ready(Time now) {
     if (opts_.diloco_group == 0 && wait_for_syncing(view, waited, now))
       wait_for = static_cast<std::uint32_t>(view.at_round + view.syncing + 1);
   }
-  if (!diloco) mm.set_swarm_size(members_.live(now).size());  // sets the number of buckets
+  if (!diloco) {
+    mm.set_swarm_size(members_.live(now).size());  // sets the number of buckets
+    // A member mid-exchange is waited for (MatchOptions::busy_cap) at most as long as an
+    // exchange of three members takes at the rate ours have run (the least rate before one has).
+    const std::uint64_t values =
+        (opts_.noloco.one_tensor() ? 1 : 2) * static_cast<std::uint64_t>(state_.phi.size());
+    const double s = static_cast<double>(exchange_wire_bytes(opts_.exchange.codec, values, 2)) /
+                     op_deadlines_.rate();
+    mm.set_busy_cap(Time(static_cast<Time::rep>(std::min(s, 30.0 * 86400.0) * 1000.0)));
+  }
   mm.ready(state_.round, addresses_, now,
            guarded(alive_, [this](MatchResult m) { on_match(std::move(m), store_.now()); }),
            entering_diloco_, phi_hash_, wait_for, behind, fresh, delta_norm_);

@@ -8,6 +8,7 @@
 #include <limits>
 #include <map>
 #include <msgpack.hpp>
+#include <optional>
 #include <set>
 
 #include "tests/dht/swarm_util.hpp"
@@ -544,6 +545,65 @@ TEST(Matchmaking, AloneInAWindowMeansALocalOnlyRound) {
     EXPECT_EQ(o.r.group.size(), 1u);
     EXPECT_EQ(o.r.note, "nobody else was ready in this window");
   }
+}
+
+// A node left alone while another member is still in a round of its own (its record says it is
+// averaging: mid-exchange of a large model over a slow line) keeps trying later windows while
+// that lasts and a patience after it, and pairs with that member once it is ready; nobody busy,
+// it goes alone after its patience; a member busy for ever is waited for busy_cap at most.
+TEST(Matchmaking, AloneWhileAnotherMemberAveragesWaitsForItsNextRound) {
+  MatchOptions o;
+  o.window = Time(2000);
+  o.min_lead = Time(500);
+  o.settle = Time(300);
+  o.read_timeout = Time(4000);
+  o.patience = Time(4000);
+  o.busy_cap = Time(40'000);
+  struct Outcome {
+    std::size_t group = 0;
+    Time at{0};
+  };
+  // `busy_until`: the other member averages until then (its status), and is ready 1 s later (an
+  // inner phase shorter than the patience).
+  auto run = [&](std::optional<Time> busy_until, bool partner, bool probe) {
+    auto board = std::make_shared<test::Board>();
+    test::FakeStore sa(board), sb(board);
+    Matchmaker a(sa, "run-busy", o), b(sb, "run-busy", o);
+    if (probe) a.set_busy_probe([&](Time now) { return !busy_until || now < *busy_until; });
+    std::optional<Outcome> got;
+    a.ready(0, {"a"}, Time(1000), [&](MatchResult r) { got = Outcome{r.group.size(), sa.now()}; });
+    bool b_ready = false;
+    const Time b_at = busy_until.value_or(Time(0)) + Time(1000);
+    for (Time t(1000); t <= Time(200'000) && !got; t += Time(100)) {
+      if (partner && !b_ready && t >= b_at) {
+        b.ready(0, {"b"}, t, [](MatchResult) {});
+        b_ready = true;
+      }
+      for (auto* s : {&sa, &sb}) s->deliver(t);
+      a.on_timer(t);
+      if (b_ready) b.on_timer(t);
+      for (auto* s : {&sa, &sb}) s->deliver(t);
+    }
+    EXPECT_TRUE(got.has_value());
+    return got.value_or(Outcome{});
+  };
+  const Time first_read(2000 + 300);  // ready at 1 s with a 0.5 s lead: the window closing at 2 s
+  // The other member ends a 20 s exchange and is ready 1 s later: waited for, and paired.
+  const Outcome waited = run(Time(20'000), true, true);
+  EXPECT_EQ(waited.group, 2u);
+  // Without the probe (the rule before): alone after its patience, long before the other is back.
+  const Outcome before = run(Time(20'000), true, false);
+  EXPECT_EQ(before.group, 1u);
+  EXPECT_LE(before.at, first_read + o.patience + o.window);
+  // Nobody busy: alone after its patience, as before.
+  const Outcome idle = run(Time(0), false, true);
+  EXPECT_EQ(idle.group, 1u);
+  EXPECT_LE(idle.at, first_read + o.patience + o.window);
+  // Busy for ever: given up on once busy_cap has passed since the first read (and a patience).
+  const Outcome capped = run(std::nullopt, false, true);
+  EXPECT_EQ(capped.group, 1u);
+  EXPECT_GE(capped.at, first_read + o.busy_cap);
+  EXPECT_LE(capped.at, first_read + o.busy_cap + o.patience + 2 * o.window);
 }
 
 // A member whose ready writes take longer than min_lead (a far or loaded path to the key's
