@@ -29,6 +29,7 @@ void CheckpointWriter::run() {
     job_.reset();
     busy_ = true;
     lk.unlock();
+    if (on_busy_) on_busy_(true);
     const auto t0 = std::chrono::steady_clock::now();
     const auto ec =
         save_checkpoint(dir_, c,
@@ -36,6 +37,7 @@ void CheckpointWriter::run() {
                                                                : optim::serialized_size(c.outer)));
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (ec) spdlog::error("checkpoint not written ({}); the previous one stays", ec.message());
+    if (on_busy_) on_busy_(false);
     lk.lock();
     busy_ = false;
     if (!ec) {

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <filesystem>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -23,7 +24,10 @@ namespace grove::node {
 
 class CheckpointWriter {
  public:
-  explicit CheckpointWriter(std::filesystem::path dir) : dir_(std::move(dir)) {}
+  /// `on_busy(true)` when a write begins and `on_busy(false)` when it ends, on the writer's
+  /// thread (the status board says "checkpointing" meanwhile).
+  explicit CheckpointWriter(std::filesystem::path dir, std::function<void(bool)> on_busy = {})
+      : dir_(std::move(dir)), on_busy_(std::move(on_busy)) {}
   ~CheckpointWriter() { stop(); }
   CheckpointWriter(const CheckpointWriter&) = delete;
   CheckpointWriter& operator=(const CheckpointWriter&) = delete;
@@ -43,6 +47,7 @@ class CheckpointWriter {
   void run();
 
   const std::filesystem::path dir_;
+  const std::function<void(bool)> on_busy_;
   std::optional<std::pair<std::uint64_t, std::uint64_t>> last_;  // (round, step); add()'s thread
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -259,10 +259,20 @@ Usage:
   grove-node request diloco|noloco [--from-round R] [--peer HOST:PORT]
                                        ask the swarm to switch its outer mode from round R on
                                        (default: the earliest round every member can still meet)
+  grove-node top [--peer HOST:PORT]    a live dashboard of the swarm (q quits, arrows select,
+                                       s/S sort by the next/previous column, r reverses): every
+                                       member's state, step, round, loss, tokens/s, last sync,
+                                       bytes in and out per second, the swarm's loss and sync
+                                       time; a plain table when the output is not a terminal
+  grove-node plot METRICS.jsonl... [-o run.png]
+                                       loss and eval loss against steps and time for every
+                                       node, sync time and bytes per round, from --metrics
+                                       files (python3 and Debian's python3-matplotlib)
   grove-node --help | --version
 
 Node options (any node):
-  --peer HOST:PORT        a member to join through (repeatable)
+  --peer HOST:PORT        a member to join through (repeatable; default: the saved contacts
+                          of the state dir, then a swarm on the LAN)
   --listen HOST:PORT      address to listen on (default 0.0.0.0:0, a free port; [::]:PORT
                           for IPv6 and IPv4)
   --advertise IP:PORT     an address other nodes can dial us at, e.g. a router's port
@@ -274,9 +284,9 @@ Node options (any node):
   --no-upnp               do not ask the home router (UPnP IGD) to forward a port to us
                           (asked by default unless --advertise is given; removed at exit)
   --state-dir DIR         identity key, checkpoints, local control address
+                          (default $XDG_DATA_HOME/grove-node or ~/.local/share/grove-node)
   --trainer-socket PATH   where a training script attaches (--workload external runs; default
                           <state dir>/trainer.sock)
-                          (default $XDG_DATA_HOME/grove-node or ~/.local/share/grove-node)
   --swarm-key HEX         the swarm's key (64 hex digits), as the bootstrap's join command gives
                           it; kept in the state dir, so a restart needs it no more
   --swarm-key-file FILE   the swarm's key from a file (with --bootstrap a missing file is created
@@ -285,25 +295,27 @@ Node options (any node):
                           without the key can neither join nor read anything of the swarm
   --open                  with --bootstrap: a public swarm, no key (anyone who can reach a member
                           can join and average into the model); when joining: use no key
-  --run NAME              the run to join when the swarm has several
+  --run NAME              the run to join when the swarm has several (default: its only one)
   --data FILE...          text files to train on (this node's own data; each node draws its own
-                          random windows). Needs a run bootstrapped with --data.
+                          random windows; default: the workload's synthetic corpus). Needs a
+                          run bootstrapped with --data.
   --overlap               exchange in the background while the next inner steps run
-                          (at --bootstrap: the run's, every member overlaps)
-  --max-steps N           stop after N inner steps on this node
-  --checkpoint-every N    write a checkpoint every N rounds
+                          (default off; at --bootstrap: the run's, every member overlaps)
+  --max-steps N           stop after N inner steps on this node (default: no limit)
+  --checkpoint-every N    write a checkpoint every N rounds (default: see below)
   --checkpoint-minutes M  write a checkpoint every M minutes (with --checkpoint-every: whichever
                           comes first); default: every round while the outer state (8 bytes a
                           parameter) is under 1 GB, else every 10 minutes. Under 1 GB the
                           previous checkpoint is kept too (checkpoint.prev); above, only the
                           newest, and the state is serialised (the snapshot served to joiners)
                           only at this cadence, not every round
-  --metrics FILE          append one JSON object per event (JSON lines)
-  --threads N             compute threads (default: all)
+  --metrics FILE          append one JSON object per event (JSON lines; default: none)
+  --threads N             compute threads (default: all the machine's)
   --log-level LEVEL       trace, debug, info, warn, error or off (default info)
-  --no-progress           no live progress line
+  --no-progress           no live progress line (default: one on a terminal)
   --emulate-link RATE[,RTT[,LOSS]]
                           testing: slow every link of this node in-process, e.g. 100mbit,100ms
+                          (default: none)
                           (RATE in kbit, mbit or gbit per second; RTT added; LOSS of packets:
                           as over TCP, a frame with a lost packet arrives a retransmission
                           timeout late, 200 ms + RTT, and the frames behind it wait).
@@ -396,8 +408,10 @@ CliOptions parse_cli(int argc, const char* const* argv) {
   CliOptions o;
   std::vector<std::string> args(argv + 1, argv + argc);
   std::size_t i = 0;
-  if (i < args.size() && (args[i] == "status" || args[i] == "request")) {
-    o.command = args[i] == "status" ? Command::status : Command::request;
+  if (i < args.size() && (args[i] == "status" || args[i] == "request" || args[i] == "top")) {
+    o.command = args[i] == "status"    ? Command::status
+                : args[i] == "request" ? Command::request
+                                       : Command::top;
     ++i;
     if (o.command == Command::request) {
       if (i >= args.size()) throw CliError("request: expected diloco or noloco");

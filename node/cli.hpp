@@ -6,6 +6,7 @@
 //   grove-node [--peer HOST:PORT ...] [node options]             join (LAN discovery without
 //   --peer) grove-node status [--json] [--peer HOST:PORT]                the swarm's members
 //   grove-node request diloco|noloco [--from-round R] [--peer HOST:PORT]
+//   grove-node top [--peer HOST:PORT]                             a live dashboard of the swarm
 //
 // Run config options (workload, sizes, hyperparameters, outer mode, codec) are fixed at
 // --bootstrap: a joiner takes them from the swarm and is refused if it sets them.
@@ -25,7 +26,7 @@ class CliError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-enum class Command { run, status, request, help, version };
+enum class Command { run, status, request, top, help, version };
 
 struct CliOptions {
   Command command = Command::run;

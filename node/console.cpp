@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include <spdlog/fmt/fmt.h>
+
 #include "node/status.hpp"
 
 namespace grove::node {
@@ -13,6 +15,22 @@ namespace grove::node {
 namespace {
 unsigned long long ull(std::uint64_t v) {
   return static_cast<unsigned long long>(v);
+}
+
+// "3 members", or "2 members (+1 idle)" when some have no trainer (they train nothing).
+std::string members_text(const Progress& p) {
+  return fmt::format("{} member{}{}", p.members, p.members == 1 ? "" : "s",
+                     p.idle ? fmt::format(" (+{} idle)", p.idle) : std::string());
+}
+
+// What is known of the evaluation, never "null": "<label> 2.3456 (floor 2.1)", "<label>
+// 2.3456" without a floor (an external trainer's model), "" without an evaluation (the trainer
+// reports none).
+std::string eval_text(const char* label, double eval, double floor) {
+  if (!std::isfinite(eval)) return "";
+  std::string s = fmt::format("{} {:.6g}", label, eval);
+  if (std::isfinite(floor)) s += fmt::format(" (floor {:.6g})", floor);
+  return s;
 }
 }  // namespace
 
@@ -33,8 +51,9 @@ void Console::join_command(const std::string& command) {
 }
 
 void Console::synced(std::uint64_t round, double eval, double floor) {
-  std::printf("  synced   round %llu from the swarm: eval loss %s (floor %s)\n", ull(round),
-              json_number(eval).c_str(), json_number(floor).c_str());
+  const std::string e = eval_text("eval loss", eval, floor);
+  std::printf("  synced   round %llu from the swarm%s%s\n", ull(round), e.empty() ? "" : ": ",
+              e.c_str());
   std::fflush(stdout);
 }
 
@@ -43,10 +62,11 @@ void Console::syncing(std::uint64_t bytes, std::uint64_t total, double rate) {
   if (!progress_ || (bytes < total && now - last_sync_ < std::chrono::seconds(5))) return;
   last_sync_ = now;
   const double left = rate > 0 ? static_cast<double>(total - std::min(bytes, total)) / rate : NAN;
-  std::printf("  syncing  %.2f of %.2f GB (%.0f%%) at %.2f MB/s, %s s left\n", bytes / 1e9,
-              total / 1e9,
+  std::printf("  syncing  %.2f of %.2f GB (%.0f%%)%s\n", bytes / 1e9, total / 1e9,
               total ? 100.0 * static_cast<double>(bytes) / static_cast<double>(total) : 0.0,
-              rate / 1e6, json_number(std::round(left)).c_str());
+              std::isfinite(left)
+                  ? fmt::format(" at {:.2f} MB/s, {:.0f} s left", rate / 1e6, left).c_str()
+                  : "");
   std::fflush(stdout);
 }
 
@@ -56,8 +76,9 @@ void Console::resumed(std::uint64_t round, std::uint64_t step) {
 }
 
 void Console::started(double eval, double floor) {
-  std::printf("  start    eval loss %s (floor %s)\n", json_number(eval).c_str(),
-              json_number(floor).c_str());
+  const std::string e = eval_text("eval loss", eval, floor);
+  std::printf("  start    %s\n",
+              e.empty() ? "training (its trainer reports no evaluation)" : e.c_str());
   std::fflush(stdout);
 }
 
@@ -73,9 +94,9 @@ void Console::live(const Tally& t, double rate, double floor) {
   if (now - last_live_ < std::chrono::seconds(1)) return;
   last_live_ = now;
   const auto& p = t.progress;
-  std::printf("\r\033[Kstep %llu  loss %.4f  eval %s (floor %s)  %.0f tok/s  %zu members  %s",
-              ull(p.step), p.loss, json_number(p.eval_loss).c_str(), json_number(floor).c_str(),
-              rate, p.members,
+  const std::string e = eval_text("  eval", p.eval_loss, floor);
+  std::printf("\r\033[Kstep %llu  loss %.4f%s  %.0f tok/s  %s  %s", ull(p.step), p.loss, e.c_str(),
+              rate, members_text(p).c_str(),
               t.last_sync.empty() ? "no sync yet" : ("last sync " + t.last_sync).c_str());
   std::fflush(stdout);
 }
@@ -83,22 +104,27 @@ void Console::live(const Tally& t, double rate, double floor) {
 void Console::round(const Tally& t, const std::string& mode, double floor) {
   if (!progress_) return;
   const auto& p = t.progress;
-  std::printf(
-      "%sstep %6llu  round %4llu  loss %.4f  eval %s (floor %s)  %.0f tok/s  %zu members  %s %s\n",
-      tty_ ? "\r\033[K" : "", ull(p.step), ull(p.round), p.loss, json_number(p.eval_loss).c_str(),
-      json_number(floor).c_str(), t.tokens_per_s, p.members, mode.c_str(), t.last_sync.c_str());
+  const std::string e = eval_text("  eval", p.eval_loss, floor);
+  std::printf("%sstep %6llu  round %4llu  loss %.4f%s  %.0f tok/s  %s  %s %s\n",
+              tty_ ? "\r\033[K" : "", ull(p.step), ull(p.round), p.loss, e.c_str(), t.tokens_per_s,
+              members_text(p).c_str(), mode.c_str(), t.last_sync.c_str());
   std::fflush(stdout);
 }
 
 void Console::summary(const Tally& t, const Outcome& o) {
   const auto& p = t.progress;
   const std::uint64_t n_rounds = t.rounds_averaged + t.rounds_local;
-  std::printf(
-      "%sstopped at step %llu, round %llu: eval loss %s (floor %s; %s at the first "
-      "evaluation)\n",
-      progress_ && tty_ ? "\r\033[K" : "", ull(p.step), ull(p.round),
-      json_number(p.eval_loss).c_str(), json_number(o.loss_floor).c_str(),
-      json_number(t.first_eval).c_str());
+  std::string e;  // ": eval loss X (floor F; Y at the first evaluation)", what is known of it
+  if (std::isfinite(p.eval_loss)) {
+    std::string notes;
+    if (std::isfinite(o.loss_floor)) notes = fmt::format("floor {:.6g}", o.loss_floor);
+    if (std::isfinite(t.first_eval))
+      notes +=
+          fmt::format("{}{:.6g} at the first evaluation", notes.empty() ? "" : "; ", t.first_eval);
+    e = fmt::format(": eval loss {:.6g}{}", p.eval_loss, notes.empty() ? "" : " (" + notes + ")");
+  }
+  std::printf("%sstopped at step %llu, round %llu%s\n", progress_ && tty_ ? "\r\033[K" : "",
+              ull(p.step), ull(p.round), e.c_str());
   std::printf("  node      %s, run %s, %.2f M tokens trained here\n", p.node.c_str(), o.run.c_str(),
               static_cast<double>(t.tokens) / 1e6);
   std::printf("  rounds    %llu here: %llu averaged, %llu local-only; %llu state sync(s)\n",

@@ -6,20 +6,18 @@
 
 #include <spdlog/spdlog.h>
 
-#include <boost/asio/io_context.hpp>
 #include <filesystem>
-#include <fstream>
-#include <thread>
+#include <string_view>
 
 #include "node/cli.hpp"
 #include "node/node.hpp"
+#include "node/plot_command.hpp"
 #include "node/status.hpp"
+#include "node/status_client.hpp"
 #include "node/swarm_key.hpp"
+#include "node/top.hpp"
 #include "node/workload.hpp"
 #include "transport/error.hpp"
-#include "transport/host.hpp"
-#include "transport/identity.hpp"
-#include "transport/strand.hpp"
 
 #ifndef GROVE_VERSION
 #define GROVE_VERSION "0.1.0"
@@ -30,70 +28,38 @@ namespace {
 using namespace grove;
 
 // `status` and `request`: one request to the local node (address in the state dir) or --peer,
-// over the same encrypted transport (an ephemeral identity; the swarm key when one is set).
+// over the same encrypted transport (an identity of its own; the swarm key when one is set).
 int run_client(const node::CliOptions& o) {
-  std::string target;
-  if (!o.peers.empty()) {
-    target = o.peers.front();
-  } else {
-    const auto dir = o.state_dir.empty() ? node::default_state_dir() : o.state_dir;
-    std::ifstream f(std::filesystem::path(dir) / "node.addr");
-    if (!(f >> target)) {
-      std::fprintf(stderr,
-                   "grove-node: no local node found in %s (start one, or name a member with "
-                   "--peer HOST:PORT)\n",
-                   dir.c_str());
+  std::string why;
+  const std::string target = node::client_target(o, why);
+  if (target.empty()) {
+    std::fprintf(stderr, "grove-node: %s\n", why.c_str());
+    return 1;
+  }
+  node::StatusClient client(node::client_swarm_key(
+      o, std::filesystem::path(o.state_dir.empty() ? node::default_state_dir() : o.state_dir)));
+  if (o.command == node::Command::top) return node::run_top(o, client, target);
+  if (o.command == node::Command::request) {
+    std::string body = node::to_string(o.request_mode);
+    if (o.from_round) body += " " + std::to_string(*o.from_round);
+    auto res = client.call(target, "request_mode", body, std::chrono::seconds(15));
+    if (!res) {
+      std::fprintf(stderr, "grove-node: %s did not answer: %s\n", target.c_str(),
+                   res.text().c_str());
       return 1;
     }
-  }
-  boost::asio::io_context io;
-  auto work = boost::asio::make_work_guard(io);
-  std::thread t([&] { io.run(); });
-  transport::HostOptions ho;
-  ho.listen = "";
-  ho.swarm_key = node::client_swarm_key(
-      o, std::filesystem::path(o.state_dir.empty() ? node::default_state_dir() : o.state_dir));
-  auto host = transport::Host::create(io, transport::Identity::generate(), ho);
-  std::string method = "swarm_status", body;
-  if (o.command == node::Command::request) {
-    method = "request_mode";
-    body = node::to_string(o.request_mode);
-    if (o.from_round) body += " " + std::to_string(*o.from_round);
-  }
-  transport::Rendezvous<transport::Result<transport::Payload>> answer;
-  host->request(
-      transport::PeerRef::at(target), method,
-      transport::Bytes::copy_of({reinterpret_cast<const std::uint8_t*>(body.data()), body.size()}),
-      transport::Duration(15000), answer.callback());
-  // (The request's own deadline answers within 15 s.)
-  auto res = answer.wait_for(std::chrono::seconds(20))
-                 .value_or(transport::make_error_code(transport::errc::timed_out));
-  int rc = 0;
-  if (!res) {
-    std::fprintf(stderr, "grove-node: %s did not answer: %s\n", target.c_str(),
-                 res.error().message().c_str());
-    rc = 1;
-  } else if (o.command == node::Command::request) {
-    const auto b = res->bytes();
     std::printf("the swarm switches to %s from round %.*s\n", node::to_string(o.request_mode),
-                static_cast<int>(b.size()), reinterpret_cast<const char*>(b.data()));
-  } else {
-    auto members = node::decode_status(res->bytes());
-    if (!members) {
-      std::fprintf(stderr, "grove-node: bad status answer from %s: %s\n", target.c_str(),
-                   members.why().c_str());
-      rc = 1;
-    } else {
-      std::fputs((o.json ? node::status_json(*members) : node::status_table(*members)).c_str(),
-                 stdout);
-    }
+                static_cast<int>(res->size()), reinterpret_cast<const char*>(res->data()));
+    return 0;
   }
-  host->shutdown();
-  transport::quiesce_worker_pool();
-  work.reset();
-  io.stop();
-  t.join();
-  return rc;
+  auto members = client.swarm_status(target, std::chrono::seconds(15));
+  if (!members) {
+    std::fprintf(stderr, "grove-node: no status from %s: %s\n", target.c_str(),
+                 members.text().c_str());
+    return 1;
+  }
+  std::fputs((o.json ? node::status_json(*members) : node::status_table(*members)).c_str(), stdout);
+  return 0;
 }
 
 }  // namespace
@@ -108,6 +74,7 @@ int main(int argc, char** argv) {
   // (a chunk of 2^18 values is 512 KiB in fp16) and received streams are such buffers too, by
   // the thousand, freed on many threads' arenas.
   ::mallopt(M_MMAP_THRESHOLD, 256 << 10);
+  if (argc > 1 && std::string_view(argv[1]) == "plot") return run_plot(argc - 2, argv + 2);
   CliOptions o;
   try {
     o = parse_cli(argc, argv);

@@ -20,9 +20,10 @@ struct Progress {
   double loss = NAN, eval_loss = NAN;
   std::vector<std::string> partners;  ///< of the last round: 16 hex digits each
   std::uint64_t bytes_sent = 0, bytes_received = 0;
-  long long sync_ms = 0;  ///< of the last round
-  std::size_t members = 1;
-  std::string param_hash;  ///< 16 hex digits of the slow weights' hash since the last round
+  long long sync_ms = 0;    ///< of the last round
+  std::size_t members = 1;  ///< live members training (ourselves included)
+  std::size_t idle = 0;     ///< live members whose trainer has gone (they train nothing)
+  std::string param_hash;   ///< 16 hex digits of the slow weights' hash since the last round
 };
 
 namespace event {

@@ -185,8 +185,9 @@ void Node::Impl::start() {
                         run_name + ", not " + *o.run + " (use another --state-dir)");
   }
   metrics = std::make_unique<Metrics>(o.metrics);
-  checkpoints = std::make_unique<CheckpointWriter>(state_dir);
   board = std::make_shared<StatusBoard>(transport::to_hex(identity.id()).substr(0, 16));
+  checkpoints = std::make_unique<CheckpointWriter>(
+      state_dir, [b = board](bool busy) { b->set_checkpointing(busy); });
 
   // Port 0 ("any"): the port of our last run when it is free, so that the contacts and DHT
   // tables of the swarm that name us still reach us after a restart.

@@ -19,9 +19,15 @@ void StatusBoard::update(const std::function<void(MemberStatus&)>& fn) {
   fn(me_);
 }
 
+void StatusBoard::set_checkpointing(bool on) {
+  std::lock_guard lk(mu_);
+  checkpointing_ = on;
+}
+
 MemberStatus StatusBoard::read() const {
   std::lock_guard lk(mu_);
   MemberStatus m = me_;
+  if (checkpointing_ && m.status == "training") m.status = "checkpointing";
   m.uptime_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
   return m;
 }
@@ -32,9 +38,13 @@ Servers::Servers(std::shared_ptr<transport::Host> host, std::shared_ptr<const St
   serve_requests();
 }
 
-MemberStatus Servers::self(const StatusBoard& board, const ServedStack& stack) {
+MemberStatus Servers::self(const StatusBoard& board, const ServedStack& stack,
+                           const transport::Host& host) {
   MemberStatus m = board.read();
   if (stack.address) m.address = stack.address();
+  const auto st = host.stats();
+  m.bytes_sent = st.bytes_sent;
+  m.bytes_received = st.bytes_received;
   return m;
 }
 
@@ -42,9 +52,9 @@ MemberStatus Servers::self(const StatusBoard& board, const ServedStack& stack) {
 // parallel (3 s each); a member that does not answer is listed from its member record.
 void Servers::serve_status() {
   host_->handle("status",
-                [board = board_, stack = stack_](const transport::PeerInfo&, transport::Payload,
-                                                 transport::Responder r) {
-                  r.reply(encode_status({self(*board, *stack)}));
+                [host = host_.get(), board = board_, stack = stack_](
+                    const transport::PeerInfo&, transport::Payload, transport::Responder r) {
+                  r.reply(encode_status({self(*board, *stack, *host)}));
                 });
   host_->handle(
       "swarm_status", [host = host_.get(), board = board_, stack = stack_](
@@ -66,7 +76,7 @@ void Servers::serve_status() {
         };
         auto g = std::make_shared<Gather>();
         g->responder.emplace(std::move(r));
-        g->out.push_back(self(*board, *stack));
+        g->out.push_back(self(*board, *stack, *host));
         g->left = 1;
         for (const auto& m : live) {
           if (m.id == host->id()) continue;

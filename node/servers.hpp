@@ -22,12 +22,16 @@ class StatusBoard {
  public:
   explicit StatusBoard(std::string node);
   void update(const std::function<void(MemberStatus&)>& fn);
+  /// A checkpoint is being written (in the background): a member "training" reads as
+  /// "checkpointing" meanwhile.
+  void set_checkpointing(bool on);
   /// With the uptime as of now.
   MemberStatus read() const;
 
  private:
   mutable std::mutex mu_;
   MemberStatus me_;
+  bool checkpointing_ = false;
   const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
 };
 
@@ -48,7 +52,9 @@ class Servers {
 
  private:
   /// This node's status with the address it advertises (host strand).
-  static MemberStatus self(const StatusBoard& board, const ServedStack& stack);
+  /// Its bytes are the host's: every byte its sessions sent and received (live, all traffic).
+  static MemberStatus self(const StatusBoard& board, const ServedStack& stack,
+                           const transport::Host& host);
   void serve_status();
   void serve_requests();
   std::shared_ptr<transport::Host> host_;

@@ -56,10 +56,6 @@ std::string num(double v, const char* spec) {
 
 }  // namespace
 
-namespace {
-// A peer's string as shown to the user: printable ASCII only (every field we send is ASCII), at
-// most `max` characters, so that nothing received can move the cursor, recolour the terminal or
-// break a table row.
 std::string printable(const std::string& s, std::size_t max) {
   std::string r;
   for (char c : s) {
@@ -69,7 +65,6 @@ std::string printable(const std::string& s, std::size_t max) {
   }
   return r;
 }
-}  // namespace
 
 std::string json_string(const std::string& s) {
   std::string r = "\"";

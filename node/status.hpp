@@ -25,13 +25,15 @@ constexpr std::size_t kMaxStatusMembers = 4096;
 struct MemberStatus {
   std::string node;     ///< first 16 hex digits of the node id
   std::string address;  ///< where it accepts connections
-  std::string status;   ///< joining, training, averaging, leaving, unreachable
+  std::string status;   ///< starting, joining, training, averaging, checkpointing, leaving,
+                        ///< unreachable, waiting for a trainer
   std::string run;
   std::uint64_t step = 0, round = 0;
   double loss = NAN, eval_loss = NAN, loss_floor = NAN;
   double tokens_per_s = NAN;
   double last_sync_ms = NAN;  ///< the last round's submit-to-new-weights time
   std::string last_partner;   ///< first 8 hex digits ("" when local-only)
+  /// Every byte its sessions sent and received since it started (averaging, state syncs, DHT).
   std::uint64_t bytes_sent = 0, bytes_received = 0;
   double round_s = NAN;  ///< mean wall time of a round (inner phase + averaging)
   double uptime_s = NAN;
@@ -49,6 +51,10 @@ std::string sync_progress_text(const MemberStatus& m);
 
 std::vector<std::uint8_t> encode_status(const std::vector<MemberStatus>& members);
 transport::Result<std::vector<MemberStatus>> decode_status(std::span<const std::uint8_t> bytes);
+/// A peer's string as shown to the user: printable ASCII only (every field we send is ASCII), at
+/// most `max` characters, so that nothing received can move the cursor, recolour the terminal or
+/// break a table row.
+std::string printable(const std::string& s, std::size_t max);
 /// JSON scalars: a quoted string (bytes outside printable ASCII shown as '?') and a number (null
 /// when not finite). Shared with the node's metrics lines.
 std::string json_string(const std::string& s);

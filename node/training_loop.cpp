@@ -263,6 +263,7 @@ void Loop::execute(const Action& a) {
     case Kind::submit:
       s_.round->submit(std::move(theta_));  // moved: one model-sized buffer less meanwhile
       theta_.clear();
+      s_.board.update([](MemberStatus& me) { me.status = "averaging"; });
       return;
     case Kind::set_patience:
       s_.round->with_engine([t = a.time](gossip::RoundEngine& e) { e.set_patience(t); });
@@ -507,8 +508,6 @@ void Loop::publish_status(const char* status) {
     me.loss = p.loss;
     me.eval_loss = p.eval_loss;
     me.loss_floor = s_.workload.loss_floor();
-    me.bytes_sent = p.bytes_sent;
-    me.bytes_received = p.bytes_received;
     me.round_s = t_.round_count ? t_.round_time_sum / static_cast<double>(t_.round_count) : NAN;
   });
 }
@@ -516,17 +515,19 @@ void Loop::publish_status(const char* status) {
 std::size_t Loop::live_members() {
   // The live members' addresses, then the DHT's nearest contacts (our swarm's nodes: the key
   // keeps others out), which it knows before its member view has polled them.
-  std::size_t n = 0;
+  std::size_t n = 0, idle = 0;
   std::vector<std::string> seen;
   s_.net.dht()->post_wait([&, m = s_.members](dht::DhtNode& d, dht::Time now) {
     const auto live = m->live(now);
     for (const auto& info : live) {
       n += gossip::trains(info);  // (a member without its trainer trains nothing)
+      idle += !gossip::trains(info);
       if (info.id != d.id()) seen.insert(seen.end(), info.addresses.begin(), info.addresses.end());
     }
     for (const auto& c : d.table().closest(d.id(), kMaxContacts)) seen.push_back(c.address);
   });
   remember_contacts(seen);
+  t_.progress.idle = idle;
   return n;
 }
 

@@ -144,3 +144,10 @@ for n in "ABC":
           f"{stop['loss_floor']:>8.4f}{stop['step']:>7}{stop['rounds_averaged']:>10}"
           f"{stop['rounds_local']:>7}{stop['bytes_sent'] / 1e6:>9.1f}")
 EOF
+
+# The run as a picture (loss and eval loss against steps and time, sync time and bytes a round),
+# kept beside the repository's checkout: DEMO_PLOT (default demo-run.png).
+PLOT=${DEMO_PLOT:-demo-run.png}
+if "$BIN" plot "$D/A.jsonl" "$D/B.jsonl" "$D/C.jsonl" -o "$PLOT" --title "demo swarm: A, B, C"; then
+  echo "demo: the run's plot is $PLOT"
+fi

@@ -11,8 +11,11 @@ packages=(
   libtorch-dev libopenblas0-pthread # OpenBLAS: ~11x faster libtorch CPU training than reference BLAS
   python3-torch                     # reference checks and the Gloo baseline (/usr/bin/python3)
   python3-numpy python3-msgpack     # the grove Python package (node/python): trainers
+  python3-matplotlib                # grove-node plot, the benchmarks' plots
   avahi-daemon dbus-daemon          # LAN discovery tests run a private daemon pair
   libminiupnpc-dev                  # UPnP IGD port mapping on home routers
+  libncurses-dev                    # grove-node top: the live dashboard
+  tmux                              # the dashboard's test: a real terminal to draw in
   nftables                          # the NAT tests: routers that masquerade, in namespaces
   miniupnpd-nftables                # the NAT tests: a home router that maps ports over UPnP
   git

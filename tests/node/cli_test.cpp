@@ -209,6 +209,11 @@ TEST(Cli, Subcommands) {
   EXPECT_EQ(parse({"request", "noloco"}).request_mode, OuterMode::noloco);
   EXPECT_EQ(parse({"--help"}).command, Command::help);
   EXPECT_EQ(parse({"status", "-h"}).command, Command::help);
+  auto t = parse({"top", "--peer", "h:1", "--state-dir", "d"});
+  EXPECT_EQ(t.command, Command::top);
+  EXPECT_EQ(t.peers, std::vector<std::string>{"h:1"});
+  EXPECT_NE(error_of({"top", "--json"}).find("--json"), std::string::npos);
+  EXPECT_NE(error_of({"top", "--bootstrap"}).find("not an option"), std::string::npos);
 }
 
 TEST(Cli, BadInputNamesTheProblem) {

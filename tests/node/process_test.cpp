@@ -374,7 +374,8 @@ TEST(NodeProcess, StatusListsTheMembersAndARequestSwitchesTheSwarmToDiLoCo) {
   {
     // From the member given with --peer: both members, reachable, in the same run (once the
     // member view of the node asked has taken in the joiner: asked again until then).
-    const std::regex line(R"re("node":"([0-9a-f]{16})".*"status":"training".*"reachable":true)re");
+    const std::regex line(
+        R"re("node":"([0-9a-f]{16})".*"status":"(training|averaging|checkpointing)".*"reachable":true)re");
     std::set<std::string> nodes;
     std::string log;
     for (const auto end = Clock::now() + 40s; nodes.size() < 2 && Clock::now() < end;) {
