@@ -108,8 +108,12 @@ void TopModel::update(const std::vector<MemberStatus>& members, double now) {
       syncs.push_back(m.last_sync_ms);
     }
   }
-  std::erase_if(
-      seen_, [&](const auto& e) { return e.second.gone && now - e.second.gone_since > kGoneFor; });
+  // Members gone a minute are dropped; and however many ids answers invent, at most twice an
+  // answer's members are kept (the gone ones go first).
+  std::erase_if(seen_, [&](const auto& e) {
+    return e.second.gone &&
+           (now - e.second.gone_since > kGoneFor || seen_.size() > 2 * kMaxStatusMembers);
+  });
   loss_.push_back(mean_of(losses));
   sync_.push_back(mean_of(syncs));
   while (loss_.size() > kHistory) loss_.pop_front();

@@ -76,6 +76,19 @@ TEST(Top, MembersThatGoAwayAreListedAsGoneThenDropped) {
   EXPECT_EQ(row(t, "bbbb").state, "training");
 }
 
+// However many node ids the answers invent (a peer's lies), the rows kept stay bounded.
+TEST(Top, InventedMembersStayBounded) {
+  TopModel t;
+  for (int a = 0; a < 5; ++a) {
+    std::vector<MemberStatus> answer;
+    for (std::size_t i = 0; i < kMaxStatusMembers; ++i)
+      answer.push_back(member(std::to_string(a) + "-" + std::to_string(i)));
+    t.update(answer, static_cast<double>(a));
+  }
+  EXPECT_LE(t.rows().size(), 2 * kMaxStatusMembers);
+  EXPECT_GE(t.rows().size(), kMaxStatusMembers);
+}
+
 // Sorting by a column (absent values last, ties by node id), reversing it, and the selection
 // following its node, not its position.
 TEST(Top, SortsAndKeepsTheSelectedNode) {
