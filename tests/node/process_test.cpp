@@ -774,13 +774,21 @@ TEST(NodeProcess, DeMoKeepsOneThetaOnEveryMemberAndLearns) {
   const std::regex hash(R"(demo: call (\d+): θ ([0-9a-f]+) \(2 members\))");
   std::map<std::string, std::string> h0, h1;
   std::smatch m;
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < 4; ++i) {
     ASSERT_TRUE(n1.expect(hash, 60s, &m)) << n1.log();
     h1[m[1]] = m[2];
     ASSERT_TRUE(n0.expect(hash, 60s, &m)) << n0.log();
     h0[m[1]] = m[2];
   }
-  EXPECT_EQ(h0, h1) << "the members' θ differ after the same calls";
+  // (Each member's first hash lines with two members may be of different calls, when one printed
+  // a line before the other's first: the calls both printed are compared.)
+  int common = 0;
+  for (const auto& [call, theta] : h1)
+    if (auto it = h0.find(call); it != h0.end()) {
+      ++common;
+      EXPECT_EQ(it->second, theta) << "the members' θ differ after call " << call;
+    }
+  EXPECT_GE(common, 2) << n0.log() << n1.log();
   ASSERT_TRUE(n1.expect(kStopped, 120s, &m)) << n1.log();
   EXPECT_LT(std::stod(m[3]), 0.7 * fresh) << n1.log();
   EXPECT_EQ(n1.wait_exit(30s), 0) << n1.log();
