@@ -38,7 +38,7 @@ int run_client(const node::CliOptions& o) {
   }
   node::StatusClient client(node::client_swarm_key(
       o, std::filesystem::path(o.state_dir.empty() ? node::default_state_dir() : o.state_dir)));
-  if (o.command == node::Command::top) return node::run_top(o, client, target);
+  if (o.command == node::Command::top) return node::run_top(client, target);
   if (o.command == node::Command::request) {
     std::string body = node::to_string(o.request_mode);
     if (o.from_round) body += " " + std::to_string(*o.from_round);

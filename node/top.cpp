@@ -81,9 +81,7 @@ const char* TopModel::sort_name(Sort s) {
 }
 
 void TopModel::update(const std::vector<MemberStatus>& members, double now) {
-  now_ = now;
   error_.clear();
-  ++answers_;
   std::vector<double> losses, syncs;
   for (auto& [id, s] : seen_) {
     if (!s.gone) s.gone_since = now;
@@ -129,7 +127,6 @@ void TopModel::rebuild() {
     r.m = s.samples.back().second;
     r.m.node = id;
     r.gone = s.gone;
-    r.gone_since = s.gone_since;
     r.state = s.gone ? "gone" : state_of(r.m);
     r.last_round_mb = s.last_round_mb;
     const auto& [t0, first] = s.samples.front();

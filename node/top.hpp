@@ -15,7 +15,6 @@
 #include <string>
 #include <vector>
 
-#include "node/cli.hpp"
 #include "node/status.hpp"
 
 namespace grove::node {
@@ -28,8 +27,7 @@ struct TopRow {
   double in_bps = NAN;         ///< bytes received a second, over the last answers (~5 s)
   double out_bps = NAN;        ///< bytes sent a second
   double last_round_mb = NAN;  ///< MB in and out between its last two round changes
-  bool gone = false;           ///< not in the last answer
-  double gone_since = 0;
+  bool gone = false;           ///< not in the last answer (listed a minute more)
 };
 
 class TopModel {
@@ -46,7 +44,10 @@ class TopModel {
 
   /// Sorts by the next (`step` = 1) or previous (-1) column; reverse() flips the order.
   void sort_next(int step);
-  void reverse() { descending_ = !descending_; }
+  void reverse() {
+    descending_ = !descending_;
+    rebuild();
+  }
   /// Moves the selection by `delta` rows (clamped).
   void select(int delta);
   Sort sort() const { return sort_; }
@@ -86,8 +87,6 @@ class TopModel {
   bool descending_ = false;
   std::string selected_;  // node id
   std::string error_;
-  double now_ = 0;
-  std::size_t answers_ = 0;
 };
 
 /// A sparkline of `v` in `width` characters of " .:-=+*#" (low to high, scaled to the values'
@@ -96,6 +95,6 @@ std::string sparkline(const std::deque<double>& v, std::size_t width);
 
 /// The dashboard on this terminal until q (or a plain table once, when stdout is not a
 /// terminal). Returns the exit status.
-int run_top(const CliOptions& o, StatusClient& client, const std::string& target);
+int run_top(StatusClient& client, const std::string& target);
 
 }  // namespace grove::node

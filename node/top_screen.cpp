@@ -102,7 +102,7 @@ struct Screen {
 
 }  // namespace
 
-int run_top(const CliOptions&, StatusClient& client, const std::string& target) {
+int run_top(StatusClient& client, const std::string& target) {
   if (!::isatty(STDOUT_FILENO)) return plain(client, target);
   g_interrupted = false;
   auto on_signal = [](int) { g_interrupted = true; };
@@ -171,7 +171,6 @@ int run_top(const CliOptions&, StatusClient& client, const std::string& target) 
         break;
       case 'r':
         model.reverse();
-        model.sort_next(0);
         dirty = true;
         break;
       default:  // KEY_RESIZE and the rest: draw again
